@@ -1,0 +1,104 @@
+// RingcollBackend: the c10d::Backend that torch.distributed drives when a script
+// says init_process_group("ringcoll").
+//
+// Every public collective (1) validates its arguments once, on the calling thread,
+// with TORCH_CHECK messages that start "ringcoll::<op>:" and name both values, so
+// every rank that sees a bad argument raises before anything is sent; (2) takes the
+// next sequence number; (3) queues the collective on the backend's worker, which
+// runs the algorithm's phases through the executor; (4) returns a RingcollWork.
+//
+// A peer failure or timeout makes that collective's Work fail with a
+// DistBackendError naming op, sequence number, rank and peer, and leaves the
+// backend unusable (the ring's message pairing is lost): later collectives fail
+// at once with the first error instead of hanging.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "algo/collectives.h"
+#include "algo/executor.h"
+#include "algo/registry.h"
+#include "backend/worker.h"
+#include "common/knobs.h"
+#include "reduce/reducer.h"
+#include "transport/transport.h"
+
+namespace ringcoll {
+
+class RingcollBackend final : public c10d::Backend {
+ public:
+  // `p2p`: a gloo process group over the same ranks, used by the CPU transport and
+  // for user send/recv.
+  RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                  std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Backend> p2p,
+                  Knobs knobs);
+  ~RingcollBackend() override;
+
+  const std::string getBackendName() const override { return "ringcoll"; }
+  const Knobs& knobs() const { return knobs_; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(
+      std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
+                                               int tag) override;
+
+  void setSequenceNumberForGroup() override {}
+  uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+
+  // The gloo tag of ringcoll's own messages; user send/recv may not use it.
+  static constexpr int kInternalTag = 0x52430000;
+
+ private:
+  using Body = std::function<void(algo::Executor&)>;
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* op,
+                                        std::vector<at::Tensor> outputs,
+                                        std::chrono::milliseconds timeout, Body body);
+  std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
+
+  const Knobs knobs_;
+  const algo::Algorithm& algorithm_;
+  const std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Backend> p2p_;
+  std::unique_ptr<Transport> transport_;
+  CpuReducer reducer_;
+  at::Tensor staging_;
+  std::unique_ptr<algo::Executor> executor_;
+  std::atomic<uint64_t> seq_{0};
+  std::mutex brokenMutex_;
+  std::string broken_;  // the first peer failure, once there was one
+  // Declared last: destroyed first, so queued collectives finish while the
+  // members they use still exist.
+  std::unique_ptr<Worker> worker_;
+};
+
+}  // namespace ringcoll

@@ -1,0 +1,128 @@
+#include "backend/checks.h"
+
+#include <c10/util/Exception.h>
+
+namespace ringcoll::checks {
+
+namespace {
+const char* kSupported =
+    "float32, float64, float16, bfloat16, int8, uint8, int16, int32, int64, bool";
+
+bool toDType(at::ScalarType s, DType* out) {
+  switch (s) {
+    case at::kFloat: *out = DType::kFloat32; return true;
+    case at::kDouble: *out = DType::kFloat64; return true;
+    case at::kHalf: *out = DType::kFloat16; return true;
+    case at::kBFloat16: *out = DType::kBFloat16; return true;
+    case at::kChar: *out = DType::kInt8; return true;
+    case at::kByte: *out = DType::kUInt8; return true;
+    case at::kShort: *out = DType::kInt16; return true;
+    case at::kInt: *out = DType::kInt32; return true;
+    case at::kLong: *out = DType::kInt64; return true;
+    case at::kBool: *out = DType::kBool; return true;
+    default: return false;
+  }
+}
+
+const char* reduceOpName(c10d::ReduceOp::RedOpType t) {
+  switch (t) {
+    case c10d::ReduceOp::SUM: return "SUM";
+    case c10d::ReduceOp::AVG: return "AVG";
+    case c10d::ReduceOp::PRODUCT: return "PRODUCT";
+    case c10d::ReduceOp::MIN: return "MIN";
+    case c10d::ReduceOp::MAX: return "MAX";
+    case c10d::ReduceOp::BAND: return "BAND";
+    case c10d::ReduceOp::BOR: return "BOR";
+    case c10d::ReduceOp::BXOR: return "BXOR";
+    case c10d::ReduceOp::PREMUL_SUM: return "PREMUL_SUM";
+    default: return "UNUSED";
+  }
+}
+}  // namespace
+
+at::Tensor& single(const char* op, std::vector<at::Tensor>& tensors, const char* what) {
+  TORCH_CHECK(tensors.size() == 1, "ringcoll::", op, ": expected exactly 1 ", what,
+              " tensor per call, got ", tensors.size());
+  return tensors[0];
+}
+
+DType tensorDType(const char* op, const at::Tensor& t, const char* what) {
+  TORCH_CHECK(t.defined(), "ringcoll::", op, ": ", what, " tensor is undefined");
+  TORCH_CHECK(t.layout() == at::kStrided, "ringcoll::", op, ": ", what,
+              " tensor has layout ", t.layout(), "; only dense (strided) tensors are supported");
+  TORCH_CHECK(t.device().is_cpu(), "ringcoll::", op, ": ", what, " tensor is on ",
+              t.device(), " but this ringcoll backend handles cpu tensors only");
+  DType d;
+  TORCH_CHECK(toDType(t.scalar_type(), &d), "ringcoll::", op, ": ", what,
+              " tensor has dtype ", t.scalar_type(), ", which is not supported (supported: ",
+              kSupported, ")");
+  return d;
+}
+
+void sameDTypeAndNumel(const char* op, const at::Tensor& t, const std::string& what,
+                       const at::Tensor& ref, const char* refWhat) {
+  TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "ringcoll::", op, ": ", what,
+              " has dtype ", t.scalar_type(), " but ", refWhat, " has dtype ",
+              ref.scalar_type());
+  TORCH_CHECK(t.numel() == ref.numel(), "ringcoll::", op, ": ", what, " has ", t.numel(),
+              " elements but ", refWhat, " has ", ref.numel());
+  TORCH_CHECK(t.device() == ref.device(), "ringcoll::", op, ": ", what, " is on ",
+              t.device(), " but ", refWhat, " is on ", ref.device());
+}
+
+void numelEquals(const char* op, const at::Tensor& t, const char* what, int64_t expected,
+                 const char* expectedWhat) {
+  TORCH_CHECK(t.numel() == expected, "ringcoll::", op, ": ", what, " has ", t.numel(),
+              " elements but must have ", expected, " (", expectedWhat, ")");
+}
+
+algo::Reduction reduction(const char* op, const c10d::ReduceOp& reduceOp, DType dtype) {
+  algo::Reduction red;
+  const auto type = reduceOp.op_;
+  switch (type) {
+    case c10d::ReduceOp::SUM: red.op = RedOp::kSum; break;
+    case c10d::ReduceOp::PRODUCT: red.op = RedOp::kProduct; break;
+    case c10d::ReduceOp::MIN: red.op = RedOp::kMin; break;
+    case c10d::ReduceOp::MAX: red.op = RedOp::kMax; break;
+    case c10d::ReduceOp::BAND: red.op = RedOp::kBand; break;
+    case c10d::ReduceOp::BOR: red.op = RedOp::kBor; break;
+    case c10d::ReduceOp::BXOR: red.op = RedOp::kBxor; break;
+    case c10d::ReduceOp::AVG:
+      TORCH_CHECK(dtype != DType::kBool, "ringcoll::", op,
+                  ": op AVG is not supported for dtype ", dtypeName(dtype));
+      red.op = RedOp::kSum;
+      red.average = true;
+      break;
+    case c10d::ReduceOp::PREMUL_SUM: {
+      TORCH_CHECK(isFloating(dtype), "ringcoll::", op,
+                  ": op PREMUL_SUM is not supported for dtype ", dtypeName(dtype),
+                  " (floating dtypes only)");
+      auto* sup = dynamic_cast<c10d::PreMulSumSupplement*>(reduceOp.supplement_.get());
+      TORCH_CHECK(sup != nullptr, "ringcoll::", op,
+                  ": PREMUL_SUM without a factor (use dist._make_nccl_premul_sum)");
+      red.op = RedOp::kSum;
+      red.premul = true;
+      if (sup->tensor_factor.defined()) {
+        TORCH_CHECK(sup->tensor_factor.numel() == 1, "ringcoll::", op,
+                    ": PREMUL_SUM factor tensor has ", sup->tensor_factor.numel(),
+                    " elements but must have 1");
+        red.premulFactor = sup->tensor_factor.to(at::kCPU).item<double>();
+      } else {
+        red.premulFactor = sup->double_factor;
+      }
+      break;
+    }
+    default:
+      TORCH_CHECK(false, "ringcoll::", op, ": unsupported reduce op ", reduceOpName(type));
+  }
+  TORCH_CHECK(opSupported(red.op, dtype), "ringcoll::", op, ": op ", reduceOpName(type),
+              " is not supported for dtype ", dtypeName(dtype));
+  return red;
+}
+
+void rootInRange(const char* op, int64_t root, int size) {
+  TORCH_CHECK(root >= 0 && root < size, "ringcoll::", op, ": root rank ", root,
+              " is out of range for group size ", size);
+}
+
+}  // namespace ringcoll::checks

@@ -1,0 +1,64 @@
+#include "backend/work.h"
+
+#include <c10/util/Exception.h>
+
+namespace ringcoll {
+
+RingcollWork::RingcollWork(int rank, c10d::OpType type, std::string opName, uint64_t seq,
+                           std::chrono::milliseconds timeout,
+                           std::vector<at::Tensor> outputs,
+                           std::function<std::string()> describeWait)
+    : c10d::Work(rank, type),
+      opName_(std::move(opName)),
+      seq_(seq),
+      timeout_(timeout),
+      outputs_(std::move(outputs)),
+      describeWait_(std::move(describeWait)),
+      future_(c10::make_intrusive<c10::ivalue::Future>(
+          c10::ListType::create(c10::TensorType::get()))) {}
+
+std::string RingcollWork::label(const std::string& opName, uint64_t seq, int rank,
+                                int size) {
+  return c10::str("ringcoll::", opName, " #", seq, " (rank ", rank, " of ", size, ")");
+}
+
+std::vector<at::Tensor> RingcollWork::result() { return outputs_; }
+
+c10::intrusive_ptr<c10::ivalue::Future> RingcollWork::getFuture() { return future_; }
+
+bool RingcollWork::wait(std::chrono::milliseconds timeout) {
+  const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!cv_.wait_for(lock, limit, [this] { return completed_; })) {
+    lock.unlock();
+    C10_THROW_ERROR(DistBackendError,
+                    c10::str("ringcoll::", opName_, " #", seq_, " (rank ", rank_,
+                             "): wait() timed out after ", limit.count(), " ms; ",
+                             describeWait_ ? describeWait_() : std::string()));
+  }
+  if (exception_) std::rethrow_exception(exception_);
+  return true;
+}
+
+// The future is completed before wait() is released, so a caller that returns
+// from wait() always finds getFuture().value() set. DDP's comm-hook callbacks run
+// inside markCompleted, on the worker thread.
+void RingcollWork::finish() {
+  future_->markCompleted(c10::IValue(outputs_));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    completed_ = true;
+  }
+  cv_.notify_all();
+}
+
+void RingcollWork::finishWithError(std::exception_ptr error) {
+  future_->setError(error);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    completed_ = true;
+    exception_ = error;
+  }
+  cv_.notify_all();
+}
+}  // namespace ringcoll

@@ -1,0 +1,52 @@
+// ringcoll's c10d::Work: one per collective call.
+//
+// Contract (c10d's Work.hpp): wait() blocks until the collective finished and
+// rethrows its error; it honours a timeout (the call's, else the group's) and then
+// throws a DistBackendError naming the op, its sequence number, this rank and the
+// peer the collective was waiting for. getFuture() returns a Future of List[Tensor]
+// completed with the output tensors, as DDP's comm hooks expect.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+namespace ringcoll {
+
+class RingcollWork final : public c10d::Work {
+ public:
+  // `describeWait` is called only on timeout, to say whom the op waits for.
+  RingcollWork(int rank, c10d::OpType type, std::string opName, uint64_t seq,
+               std::chrono::milliseconds timeout, std::vector<at::Tensor> outputs,
+               std::function<std::string()> describeWait);
+
+  // isCompleted/isSuccess/exception: c10d::Work's, over its completed_/exception_.
+  std::vector<at::Tensor> result() override;
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
+  void synchronize() override {}
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
+  uint64_t getSequencenumber() const override { return seq_; }
+
+  // Called once by the worker.
+  void finish();
+  void finishWithError(std::exception_ptr error);
+
+  // "ringcoll::allreduce #7 (rank 1 of 4)": the prefix of every runtime error.
+  static std::string label(const std::string& opName, uint64_t seq, int rank, int size);
+
+ private:
+  const std::string opName_;
+  const uint64_t seq_;
+  const std::chrono::milliseconds timeout_;
+  std::vector<at::Tensor> outputs_;
+  std::function<std::string()> describeWait_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+}  // namespace ringcoll

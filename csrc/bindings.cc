@@ -1,0 +1,136 @@
+// ringcoll._C: the backend factory ringcoll/__init__.py registers with
+// torch.distributed, plus pure entry points the tests use to check the schedules
+// and reducers without any process group.
+#include <torch/extension.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "algo/registry.h"
+#include "algo/schedule.h"
+#include "backend/backend.h"
+#include "backend/checks.h"
+#include "common/knobs.h"
+#include "reduce/reducer.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using ringcoll::RingcollBackend;
+
+c10::intrusive_ptr<c10d::Backend> createBackend(
+    const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeoutSeconds,
+    const c10::intrusive_ptr<c10d::Backend>& p2p,
+    const std::map<std::string, std::string>& overrides) {
+  ringcoll::Knobs knobs;
+  try {
+    knobs = ringcoll::Knobs::load(overrides);
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, "ringcoll: ", e.what());
+  }
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeoutSeconds * 1000));
+  return c10::make_intrusive<RingcollBackend>(store, rank, size, timeout, p2p, knobs);
+}
+
+// Every step of one phase of a collective, for schedule tests:
+// [(send_peer, send_block, recv_peer, recv_block, "reduce"|"copy"), ...] per phase.
+std::vector<std::tuple<std::string, int, std::vector<std::tuple<int, int, int, int, std::string>>>>
+scheduleSteps(const std::string& algoName, const std::string& collective, int p, int rank,
+              int pipelineBlocks, int root) {
+  const auto& algo = ringcoll::algo::findAlgorithm(algoName);
+  ringcoll::algo::Phases phases;
+  if (collective == "allreduce") phases = algo.allreduce(p);
+  else if (collective == "reduce_scatter") phases = algo.reduceScatter(p);
+  else if (collective == "allgather") phases = algo.allgather(p);
+  else if (collective == "broadcast") phases = algo.broadcast(p, root);
+  else TORCH_CHECK(false, "unknown collective ", collective);
+  std::vector<std::tuple<std::string, int, std::vector<std::tuple<int, int, int, int, std::string>>>> out;
+  for (const auto& ph : phases) {
+    const int blocks = ph->numBlocks(p, pipelineBlocks);
+    std::vector<std::tuple<int, int, int, int, std::string>> steps;
+    for (int s = 0; s < ph->numSteps(p, blocks); ++s) {
+      const auto st = ph->step(rank, p, blocks, s);
+      steps.emplace_back(st.send.peer, st.send.block, st.recv.peer, st.recv.block,
+                         st.action == ringcoll::algo::Action::kReduce ? "reduce" : "copy");
+    }
+    out.emplace_back(ph->name(), ph->ownedBlockAfter(rank, p), std::move(steps));
+  }
+  return out;
+}
+
+// dst = op(a, b) elementwise with the CPU reducer (the shared functors), for
+// functor tests against torch's own arithmetic.
+at::Tensor cpuReduce(const at::Tensor& a, const at::Tensor& b, const std::string& opName) {
+  using ringcoll::RedOp;
+  static const std::map<std::string, RedOp> ops = {
+      {"sum", RedOp::kSum}, {"product", RedOp::kProduct}, {"min", RedOp::kMin},
+      {"max", RedOp::kMax}, {"band", RedOp::kBand}, {"bor", RedOp::kBor},
+      {"bxor", RedOp::kBxor}};
+  auto it = ops.find(opName);
+  TORCH_CHECK(it != ops.end(), "unknown op ", opName);
+  const auto dtype = ringcoll::checks::tensorDType("cpu_reduce", a, "a");
+  TORCH_CHECK(a.scalar_type() == b.scalar_type() && a.numel() == b.numel(),
+              "cpu_reduce: a and b differ");
+  TORCH_CHECK(ringcoll::opSupported(it->second, dtype), "cpu_reduce: op ", opName,
+              " not supported for ", ringcoll::dtypeName(dtype));
+  at::Tensor ac = a.contiguous(), bc = b.contiguous();
+  at::Tensor out = at::empty_like(ac);
+  ringcoll::CpuReducer r;
+  r.reduce(out.data_ptr(), ac.data_ptr(), bc.data_ptr(), ac.numel(), dtype, it->second);
+  return out;
+}
+
+at::Tensor cpuScale(const at::Tensor& a, const std::string& how, double value) {
+  const auto dtype = ringcoll::checks::tensorDType("cpu_scale", a, "a");
+  at::Tensor out = a.contiguous().clone();
+  ringcoll::CpuReducer r;
+  if (how == "divide") r.divide(out.data_ptr(), out.numel(), dtype, static_cast<int>(value));
+  else if (how == "multiply") r.multiply(out.data_ptr(), out.numel(), dtype, value);
+  else TORCH_CHECK(false, "unknown scale ", how);
+  return out;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  // c10d's Backend and Store bindings live in torch; load them first so pybind11
+  // knows the base class.
+  py::module_::import("torch.distributed");
+
+  py::class_<RingcollBackend, c10d::Backend, c10::intrusive_ptr<RingcollBackend>>(
+      m, "RingcollBackend")
+      .def_property_readonly("knobs",
+                             [](const RingcollBackend& b) { return b.knobs().describe(); });
+
+  m.def("create_backend", &createBackend, py::arg("store"), py::arg("rank"),
+        py::arg("size"), py::arg("timeout_seconds"), py::arg("p2p"),
+        py::arg("overrides") = std::map<std::string, std::string>{},
+        py::call_guard<py::gil_scoped_release>());
+  m.def("knobs", [](const std::map<std::string, std::string>& overrides) {
+    try {
+      return ringcoll::Knobs::load(overrides).describe();
+    } catch (const std::invalid_argument& e) {
+      TORCH_CHECK(false, "ringcoll: ", e.what());
+    }
+  }, py::arg("overrides") = std::map<std::string, std::string>{});
+  m.def("algorithms", &ringcoll::algo::algorithmNames);
+  m.def("block_range", [](size_t n, int k, int i) {
+    const auto r = ringcoll::algo::blockRange(n, k, i);
+    return std::make_pair(r.begin, r.end);
+  });
+  m.def("schedule_steps", &scheduleSteps, py::arg("algo"), py::arg("collective"),
+        py::arg("p"), py::arg("rank"), py::arg("pipeline_blocks") = 1, py::arg("root") = 0);
+  m.def("cpu_reduce", &cpuReduce);
+  m.def("cpu_scale", &cpuScale);
+  m.attr("internal_tag") = RingcollBackend::kInternalTag;
+  m.def("build_info", []() {
+    py::dict d;
+    d["cuda"] = false;
+    d["nccl_version"] = py::none();
+    return d;
+  });
+}

@@ -1,0 +1,78 @@
+#include "common/knobs.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "algo/registry.h"
+#include "common/errors.h"
+
+extern char** environ;
+
+namespace ringcoll {
+
+namespace {
+const std::vector<std::string>& knownNames() {
+  static const std::vector<std::string> names = {
+      "RINGCOLL_ALGO", "RINGCOLL_TRANSPORT", "RINGCOLL_CHUNK_BYTES", "RINGCOLL_DEBUG",
+      // Read by the build (setup.py), not by the backend; listed so it is not
+      // reported as unknown.
+      "RINGCOLL_CUDA"};
+  return names;
+}
+
+size_t parseBytes(const std::string& name, const std::string& value) {
+  char* end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(value.c_str(), &end, 10);
+  RC_CHECK_ARG(!value.empty() && errno == 0 && end && *end == '\0' && v > 0,
+               name, "='", value, "' is not a positive integer number of bytes");
+  return static_cast<size_t>(v);
+}
+
+bool parseBool(const std::string& name, const std::string& value) {
+  if (value == "1" || value == "true") return true;
+  if (value == "0" || value == "false" || value.empty()) return false;
+  throw std::invalid_argument(RC_STR(name, "='", value, "' is not one of 0, 1, true, false"));
+}
+
+void apply(Knobs& k, const std::string& name, const std::string& value) {
+  if (name == "RINGCOLL_ALGO") {
+    algo::findAlgorithm(value);  // throws with the known names
+    k.algo = value;
+  } else if (name == "RINGCOLL_TRANSPORT") {
+    RC_CHECK_ARG(value == "auto" || value == "gloo", name, "='", value,
+                 "' is not a known transport (known: auto, gloo)");
+    k.transport = value;
+  } else if (name == "RINGCOLL_CHUNK_BYTES") {
+    k.chunkBytes = parseBytes(name, value);
+  } else if (name == "RINGCOLL_DEBUG") {
+    k.debug = parseBool(name, value);
+  } else if (name == "RINGCOLL_CUDA") {
+    // build-time only
+  } else {
+    std::string known;
+    for (const auto& n : knownNames()) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument(
+        RC_STR("unknown ringcoll knob ", name, " (known: ", known, ")"));
+  }
+}
+}  // namespace
+
+Knobs Knobs::load(const std::map<std::string, std::string>& overrides) {
+  Knobs k;
+  for (char** e = environ; e && *e; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (!eq || std::strncmp(*e, "RINGCOLL_", 9) != 0) continue;
+    apply(k, std::string(*e, static_cast<size_t>(eq - *e)), std::string(eq + 1));
+  }
+  for (const auto& [name, value] : overrides) apply(k, name, value);
+  return k;
+}
+
+std::string Knobs::describe() const {
+  return RC_STR("RINGCOLL_ALGO=", algo, " RINGCOLL_TRANSPORT=", transport,
+                " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_DEBUG=", debug ? 1 : 0);
+}
+
+}  // namespace ringcoll

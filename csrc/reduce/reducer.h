@@ -1,0 +1,39 @@
+// The reducer interface the executor calls: element arithmetic on raw memory of
+// one device, nothing else. Implementations: CpuReducer (here) and CudaReducer
+// (reduce/cuda_reducer.h, enqueues kernels on the comm stream).
+//
+// Contract for every method: pointers are to `count` elements of `dtype`, aligned
+// to the element size; dst may alias a (in-place reduction) but must not partially
+// overlap a or b. The (dtype, op) pair has passed opSupported().
+#pragma once
+
+#include <cstddef>
+
+#include "reduce/types.h"
+
+namespace ringcoll {
+
+class Reducer {
+ public:
+  virtual ~Reducer() = default;
+  // dst[i] = op(a[i], b[i]).
+  virtual void reduce(void* dst, const void* a, const void* b, size_t count,
+                      DType dtype, RedOp op) = 0;
+  // buf[i] = buf[i] / divisor (AVG's final step).
+  virtual void divide(void* buf, size_t count, DType dtype, int divisor) = 0;
+  // buf[i] = buf[i] * factor (PREMUL_SUM's first step).
+  virtual void multiply(void* buf, size_t count, DType dtype, double factor) = 0;
+  // dst = src, bytes of memory on this reducer's device.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+};
+
+class CpuReducer final : public Reducer {
+ public:
+  void reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
+              RedOp op) override;
+  void divide(void* buf, size_t count, DType dtype, int divisor) override;
+  void multiply(void* buf, size_t count, DType dtype, double factor) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+};
+
+}  // namespace ringcoll

@@ -1,0 +1,45 @@
+"""ringcoll: collective algorithms you can read, change and measure, as a
+torch.distributed backend.
+
+    import torch.distributed as dist, ringcoll
+    dist.init_process_group("ringcoll")
+
+Importing this package loads the C++ extension and registers the "ringcoll"
+backend for cpu tensors.
+"""
+
+from __future__ import annotations
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as e:  # pragma: no cover - exercised only without torch
+    raise ImportError("ringcoll needs torch; install torch first") from e
+
+from . import _C
+from ._backend import create_backend as _create_backend
+from .options import Options
+
+__all__ = ["Options", "build_info", "algorithms", "BACKEND_NAME"]
+
+BACKEND_NAME = "ringcoll"
+
+
+def build_info() -> dict:
+    """What this build of the extension contains (cuda, nccl_version)."""
+    return dict(_C.build_info())
+
+
+def algorithms() -> list[str]:
+    """The algorithm names RINGCOLL_ALGO accepts."""
+    return list(_C.algorithms())
+
+
+def _devices() -> list[str]:
+    # A list, not a string: torch 2.13 mis-handles a plain string here.
+    return ["cpu"]
+
+
+dist.Backend.register_backend(
+    BACKEND_NAME, _create_backend, extended_api=True, devices=_devices()
+)

@@ -1,0 +1,32 @@
+"""Backend options: the knobs of csrc/common/knobs.h, settable per process group.
+
+Pass an instance as ``pg_options`` to ``init_process_group("ringcoll", ...)`` or
+``new_group(backend="ringcoll", pg_options=...)``. A field left at ``None`` keeps the
+value from the environment (``RINGCOLL_*``) or the default. Values are validated in
+C++ (one parser for both routes): a bad value raises when the group is created.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class Options:
+    algo: str | None = None  # RINGCOLL_ALGO
+    transport: str | None = None  # RINGCOLL_TRANSPORT
+    chunk_bytes: int | None = None  # RINGCOLL_CHUNK_BYTES
+    debug: bool | None = None  # RINGCOLL_DEBUG
+
+    def overrides(self) -> dict[str, str]:
+        """The fields that are set, keyed by their environment variable name."""
+        out = {}
+        if self.algo is not None:
+            out["RINGCOLL_ALGO"] = str(self.algo)
+        if self.transport is not None:
+            out["RINGCOLL_TRANSPORT"] = str(self.transport)
+        if self.chunk_bytes is not None:
+            out["RINGCOLL_CHUNK_BYTES"] = str(int(self.chunk_bytes))
+        if self.debug is not None:
+            out["RINGCOLL_DEBUG"] = "1" if self.debug else "0"
+        return out

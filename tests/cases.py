@@ -1,0 +1,110 @@
+"""Exact inputs and references shared by the multi-process tests.
+
+Inputs are small integers chosen per (rank, index) so that every result is exact in
+every dtype whatever the reduction order (the nccl-tests idea): sums of at most 8
+ranks stay <= 40, products of values in {1, 2} stay <= 256 only for floats and
+int16+ (int8/uint8 use {1} mostly, see below), AVG inputs are multiples of p so the
+mean is an integer. Every rank can compute every other rank's input, so the
+reference is computed locally in float64/int64 and compared bitwise.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+DTYPES = [
+    torch.float32, torch.float64, torch.float16, torch.bfloat16,
+    torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64, torch.bool,
+]
+FLOATS = {torch.float32, torch.float64, torch.float16, torch.bfloat16}
+
+R = dist.ReduceOp
+OPS = ["SUM", "AVG", "PRODUCT", "MIN", "MAX", "PREMUL_SUM", "BAND", "BOR", "BXOR"]
+PREMUL_FACTOR = 2.0
+
+
+def op_valid(op: str, dtype) -> bool:
+    """Whether ringcoll supports (op, dtype); the rest must raise."""
+    if op in ("BAND", "BOR", "BXOR"):
+        return dtype not in FLOATS
+    if op == "PREMUL_SUM":
+        return dtype in FLOATS
+    if op == "AVG":
+        return dtype != torch.bool
+    return True
+
+
+def reduce_op(op: str):
+    if op == "PREMUL_SUM":
+        return dist._make_nccl_premul_sum(PREMUL_FACTOR)
+    return getattr(R, op)
+
+
+def counts(p: int, large: int = 1000) -> list[int]:
+    return sorted({0, 1, max(p - 1, 0), p + 1, large})
+
+
+def make_input(rank: int, n: int, dtype, op: str, p: int, salt: int = 0) -> torch.Tensor:
+    i = torch.arange(n, dtype=torch.int64) + salt
+    if dtype == torch.bool:
+        v = ((i + rank) % 3) == 0
+        return v
+    if op == "PRODUCT":
+        # at most 2 factors of 2 across ranks (positions rank and rank+1 mod 4 of i)
+        v = 1 + (((i + rank) % 4) == 0).to(torch.int64)
+    elif op == "AVG":
+        v = p * (((3 * i + rank) % 4) + 1)
+    elif op in ("MIN", "MAX"):
+        v = ((7 * i + 3 * rank) % 5) - (0 if dtype == torch.uint8 else 2)
+    elif op in ("BAND", "BOR", "BXOR"):
+        v = ((5 * i + 3 * rank) % 16) + 1
+    else:
+        v = ((7 * i + 3 * rank) % 5) + 1
+    return v.to(dtype)
+
+
+def reference(inputs: list[torch.Tensor], op: str, dtype, p: int) -> torch.Tensor:
+    """The exact reduction of all ranks' inputs, in dtype."""
+    if dtype == torch.bool:
+        stack = torch.stack(inputs)
+        if op in ("SUM", "MAX", "BOR"):
+            return stack.any(0)
+        if op in ("PRODUCT", "MIN", "BAND"):
+            return stack.all(0)
+        if op == "BXOR":
+            return (stack.to(torch.int64).sum(0) % 2).to(torch.bool)
+        raise ValueError(op)
+    wide = torch.stack([t.to(torch.float64 if dtype in FLOATS else torch.int64) for t in inputs])
+    if op == "SUM":
+        out = wide.sum(0)
+    elif op == "AVG":
+        out = wide.sum(0) / p if dtype in FLOATS else torch.div(wide.sum(0), p, rounding_mode="trunc")
+    elif op == "PREMUL_SUM":
+        out = (wide * PREMUL_FACTOR).sum(0)
+    elif op == "PRODUCT":
+        out = wide.prod(0)
+    elif op == "MIN":
+        out = wide.min(0).values
+    elif op == "MAX":
+        out = wide.max(0).values
+    elif op == "BAND":
+        out = wide[0].clone()
+        for t in wide[1:]:
+            out &= t
+    elif op == "BOR":
+        out = wide[0].clone()
+        for t in wide[1:]:
+            out |= t
+    elif op == "BXOR":
+        out = wide[0].clone()
+        for t in wide[1:]:
+            out ^= t
+    else:
+        raise ValueError(op)
+    return out.to(dtype)
+
+
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (dtype, shape and values; NaN never appears in our inputs)."""
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)

@@ -1,0 +1,182 @@
+"""Bad input raises a clear error on every rank; a dead or late peer raises after
+the group's timeout instead of hanging; bad knobs are refused."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ringcoll
+from ringcoll import _C
+from tests import mp
+
+
+def _expect(failures, what, fn, *fragments):
+    try:
+        fn()
+    except (RuntimeError, ValueError, TypeError) as e:
+        msg = str(e)
+        missing = [f for f in fragments if f not in msg]
+        if missing:
+            failures.append(f"{what}: message lacks {missing}: {msg[:300]}")
+        return
+    failures.append(f"{what}: no error raised")
+
+
+def bad_inputs(rank, p):
+    f = []
+    _expect(f, "list all_gather dtype mismatch",
+            lambda: dist.all_gather([torch.empty(4), torch.empty(4, dtype=torch.float64)],
+                                    torch.ones(4)),
+            "ringcoll::allgather", "output tensor 1", "Double", "Float")
+    _expect(f, "list all_gather numel mismatch",
+            lambda: dist.all_gather([torch.empty(4), torch.empty(3)], torch.ones(4)),
+            "ringcoll::allgather", "output tensor 1 has 3 elements", "has 4")
+    _expect(f, "all_gather_into_tensor wrong output size",
+            lambda: dist.all_gather_into_tensor(torch.empty(5), torch.ones(4)),
+            "ringcoll::all_gather_into_tensor", "5 elements", "must have 8")
+    _expect(f, "all_gather_into_tensor dtype mismatch",
+            lambda: dist.all_gather_into_tensor(torch.empty(8, dtype=torch.int32),
+                                                torch.ones(4)),
+            "ringcoll::all_gather_into_tensor", "Int", "Float")
+    _expect(f, "reduce_scatter_tensor wrong input size",
+            lambda: dist.reduce_scatter_tensor(torch.empty(2), torch.ones(7)),
+            "ringcoll::reduce_scatter_tensor", "7 elements", "must have 4")
+    _expect(f, "reduce_scatter list dtype mismatch",
+            lambda: dist.reduce_scatter(torch.empty(2),
+                                        [torch.ones(2), torch.ones(2, dtype=torch.int64)]),
+            "ringcoll::reduce_scatter", "input tensor 1", "Long", "Float")
+    _expect(f, "BAND on float32", lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND),
+            "ringcoll::allreduce", "BAND", "float32")
+    _expect(f, "PREMUL_SUM on int32",
+            lambda: dist.all_reduce(torch.ones(3, dtype=torch.int32),
+                                    op=dist._make_nccl_premul_sum(2.0)),
+            "ringcoll::allreduce", "PREMUL_SUM", "int32")
+    _expect(f, "AVG on bool",
+            lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool), op=dist.ReduceOp.AVG),
+            "ringcoll::allreduce", "AVG", "bool")
+    _expect(f, "complex dtype", lambda: dist.all_reduce(torch.ones(3, dtype=torch.complex64)),
+            "ringcoll::allreduce", "ComplexFloat", "not supported")
+    _expect(f, "sparse tensor", lambda: dist.all_reduce(torch.ones(3).to_sparse()),
+            "ringcoll::allreduce", "Sparse")
+    _expect(f, "reserved tag", lambda: dist.send(torch.ones(1), dst=(rank + 1) % p,
+                                                 tag=_C.internal_tag),
+            "ringcoll::send", "reserved")
+    # Nothing was sent by the failed calls: the group still works and agrees.
+    x = torch.full((5,), float(rank + 1))
+    dist.all_reduce(x)
+    if not torch.equal(x, torch.full((5,), float(p * (p + 1) // 2))):
+        f.append(f"all_reduce after errors gave {x.tolist()}")
+    return f
+
+
+def test_bad_inputs_raise_on_every_rank():
+    per_rank = mp.run_world(2, bad_inputs)
+    failures = [f"rank {r}: {f}" for r, fs in enumerate(per_rank) for f in fs]
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("overrides, fragments", [
+    ({"RINGCOLL_ALGO": "nope"}, ["RINGCOLL_ALGO", "nope", "ring"]),
+    ({"RINGCOLL_TRANSPORT": "carrier-pigeon"}, ["RINGCOLL_TRANSPORT", "carrier-pigeon", "gloo"]),
+    ({"RINGCOLL_CHUNK_BYTES": "12abc"}, ["RINGCOLL_CHUNK_BYTES", "12abc"]),
+    ({"RINGCOLL_CHUNK_BYTES": "0"}, ["RINGCOLL_CHUNK_BYTES", "positive"]),
+    ({"RINGCOLL_DEBUG": "maybe"}, ["RINGCOLL_DEBUG", "maybe"]),
+    ({"RINGCOLL_ALOG": "ring"}, ["unknown ringcoll knob RINGCOLL_ALOG", "RINGCOLL_ALGO"]),
+])
+def test_bad_knob_values(overrides, fragments, monkeypatch):
+    with pytest.raises(RuntimeError) as err:
+        _C.knobs(overrides)
+    for frag in fragments:
+        assert frag in str(err.value)
+    # The same values through the environment are refused the same way.
+    for k, v in overrides.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(RuntimeError) as err:
+        _C.knobs({})
+    for frag in fragments:
+        assert frag in str(err.value)
+
+
+def test_knob_defaults_and_options():
+    assert _C.knobs({}).startswith("RINGCOLL_ALGO=ring")
+    opts = ringcoll.Options(chunk_bytes=4096, debug=True)
+    desc = _C.knobs(opts.overrides())
+    assert "RINGCOLL_CHUNK_BYTES=4096" in desc and "RINGCOLL_DEBUG=1" in desc
+
+
+def init_with_bad_env(rank, p, store_path):
+    try:
+        dist.init_process_group("ringcoll", init_method=f"file://{store_path}", rank=rank,
+                                world_size=p)
+    except RuntimeError as e:
+        return str(e)
+    return "no error"
+
+
+def test_bad_env_refused_at_init(tmp_path):
+    msgs = mp.run_world(2, init_with_bad_env, str(tmp_path / "store"), init_backend=None,
+                        env={"RINGCOLL_ALGO": "tree-of-life"})
+    for m in msgs:
+        assert "RINGCOLL_ALGO" in m and "tree-of-life" in m
+
+
+def missing_peer(rank, p):
+    """Rank p-1 never joins the all-reduce; the others must fail after the group's
+    timeout (3 s here), naming the op, its sequence number and a peer."""
+    if rank == p - 1:
+        time.sleep(8)  # alive but absent: the others see a timeout, not a closed socket
+        return None
+    x = torch.ones(64)
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(x)
+    except RuntimeError as e:
+        elapsed = time.monotonic() - t0
+        msg = str(e)
+        # The next collective fails at once with the first error, never hangs.
+        t1 = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(2))
+            again = "no error"
+        except RuntimeError as e2:
+            again = str(e2)
+        return elapsed, msg, time.monotonic() - t1, again
+    return "no error"
+
+
+def test_missing_peer_times_out_with_names():
+    results = mp.run_world(3, missing_peer, pg_timeout_s=3, timeout=120)
+    for rank, res in enumerate(results[:-1]):
+        assert res != "no error", f"rank {rank} did not fail"
+        elapsed, msg, elapsed2, again = res
+        assert 2.5 <= elapsed < 20, f"rank {rank} failed after {elapsed:.1f}s: {msg}"
+        assert "ringcoll::allreduce #" in msg and f"(rank {rank} of 3)" in msg, msg
+        assert "timed out" in msg and "rank" in msg, msg
+        assert elapsed2 < 2 and "unusable after an earlier failure" in again, again
+
+
+def late_wait(rank, p):
+    """wait(timeout) on an async op a peer is late for names the op and the peer."""
+    if rank == 1:
+        time.sleep(4)
+        dist.all_reduce(torch.ones(4))  # arrives late; completes the collective
+        return None
+    w = dist.all_reduce(torch.ones(4), async_op=True)
+    try:
+        w.wait(timeout=timedelta(seconds=1))
+        return "no error"
+    except RuntimeError as e:
+        msg = str(e)
+    w.wait()  # the late peer arrives: the op itself completes
+    return msg
+
+
+def test_wait_timeout_names_peer():
+    msg = mp.run_world(2, late_wait, pg_timeout_s=30)[0]
+    assert "ringcoll::allreduce #1 (rank 0)" in msg and "timed out after 1000 ms" in msg, msg
+    assert "waiting for rank 1" in msg, msg
