@@ -14,6 +14,7 @@ function of an importable module (spawn pickles it by name).
 
 from __future__ import annotations
 
+import io
 import multiprocessing as mp
 import os
 import queue
@@ -46,7 +47,11 @@ def _child(rank, world_size, store_path, fn, args, results, init_backend, pg_tim
             if init_backend != "gloo":
                 GLOO = dist.new_group(backend="gloo")
         out = fn(rank, world_size, *args)
-        results.put((rank, "ok", out))
+        # Serialized here: torch's queue pickling would share tensor memory through
+        # file descriptors that vanish when this process exits.
+        buf = io.BytesIO()
+        torch.save(out, buf)
+        results.put((rank, "ok", buf.getvalue()))
         if init_backend:
             dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - everything goes to the parent
@@ -107,4 +112,7 @@ def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
         errors.append(f"ranks {missing} did not finish within {timeout} s (hang?) and were killed")
     if errors:
         raise AssertionError(f"world of {world_size} failed:\n" + "\n".join(errors))
-    return [outcomes[r][1] for r in range(world_size)]
+    import torch
+
+    return [torch.load(io.BytesIO(outcomes[r][1]), weights_only=False)
+            for r in range(world_size)]

@@ -29,10 +29,12 @@ def _expect(failures, what, fn, *fragments):
 
 def bad_inputs(rank, p):
     f = []
+    # Mixed dtypes in a list are refused by torch's own front end before the
+    # backend sees them; the message names both dtypes.
     _expect(f, "list all_gather dtype mismatch",
             lambda: dist.all_gather([torch.empty(4), torch.empty(4, dtype=torch.float64)],
                                     torch.ones(4)),
-            "ringcoll::allgather", "output tensor 1", "Double", "Float")
+            "float32", "float64")
     _expect(f, "list all_gather numel mismatch",
             lambda: dist.all_gather([torch.empty(4), torch.empty(3)], torch.ones(4)),
             "ringcoll::allgather", "output tensor 1 has 3 elements", "has 4")
@@ -46,10 +48,9 @@ def bad_inputs(rank, p):
     _expect(f, "reduce_scatter_tensor wrong input size",
             lambda: dist.reduce_scatter_tensor(torch.empty(2), torch.ones(7)),
             "ringcoll::reduce_scatter_tensor", "7 elements", "must have 4")
-    _expect(f, "reduce_scatter list dtype mismatch",
-            lambda: dist.reduce_scatter(torch.empty(2),
-                                        [torch.ones(2), torch.ones(2, dtype=torch.int64)]),
-            "ringcoll::reduce_scatter", "input tensor 1", "Long", "Float")
+    _expect(f, "reduce_scatter list numel mismatch",
+            lambda: dist.reduce_scatter(torch.empty(2), [torch.ones(2), torch.ones(3)]),
+            "ringcoll::reduce_scatter", "input tensor 1 has 3 elements", "has 2")
     _expect(f, "BAND on float32", lambda: dist.all_reduce(torch.ones(3), op=dist.ReduceOp.BAND),
             "ringcoll::allreduce", "BAND", "float32")
     _expect(f, "PREMUL_SUM on int32",
@@ -59,8 +60,13 @@ def bad_inputs(rank, p):
     _expect(f, "AVG on bool",
             lambda: dist.all_reduce(torch.ones(3, dtype=torch.bool), op=dist.ReduceOp.AVG),
             "ringcoll::allreduce", "AVG", "bool")
-    _expect(f, "complex dtype", lambda: dist.all_reduce(torch.ones(3, dtype=torch.complex64)),
-            "ringcoll::allreduce", "ComplexFloat", "not supported")
+    _expect(f, "unsupported dtype", lambda: dist.all_reduce(torch.ones(3, dtype=torch.uint32)),
+            "ringcoll::allreduce", "UInt32", "not supported")
+    # Complex SUM reaches the backend as its real view (torch's front end): it works.
+    c = torch.full((3,), complex(rank, 1), dtype=torch.complex64)
+    dist.all_reduce(c)
+    if not torch.equal(c, torch.full((3,), complex(p * (p - 1) // 2, p), dtype=torch.complex64)):
+        f.append(f"complex all_reduce gave {c.tolist()}")
     _expect(f, "sparse tensor", lambda: dist.all_reduce(torch.ones(3).to_sparse()),
             "ringcoll::allreduce", "Sparse")
     _expect(f, "reserved tag", lambda: dist.send(torch.ones(1), dst=(rank + 1) % p,
@@ -178,5 +184,5 @@ def late_wait(rank, p):
 
 def test_wait_timeout_names_peer():
     msg = mp.run_world(2, late_wait, pg_timeout_s=30)[0]
-    assert "ringcoll::allreduce #1 (rank 0)" in msg and "timed out after 1000 ms" in msg, msg
+    assert "ringcoll::allreduce #1 (rank 0 of 2)" in msg and "timed out after 1000 ms" in msg, msg
     assert "waiting for rank 1" in msg, msg

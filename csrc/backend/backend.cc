@@ -64,13 +64,13 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
   const int me = getRank();
   const int p = getSize();
   Transport* transport = transport_.get();
+  const std::string label = RingcollWork::label(op, seq, me, p);
   auto work = c10::make_intrusive<RingcollWork>(
-      me, type, op, seq, timeout, std::move(outputs), [transport]() -> std::string {
+      me, type, label, seq, timeout, std::move(outputs), [transport]() -> std::string {
         const int peer = transport->waitingFor();
         return peer >= 0 ? c10::str("it was waiting for rank ", peer)
                          : std::string("it was queued behind an earlier collective");
       });
-  const std::string label = RingcollWork::label(op, seq, me, p);
   worker_->enqueue([this, work, body = std::move(body), label]() {
     {
       std::lock_guard<std::mutex> lock(brokenMutex_);

@@ -4,12 +4,12 @@
 
 namespace ringcoll {
 
-RingcollWork::RingcollWork(int rank, c10d::OpType type, std::string opName, uint64_t seq,
+RingcollWork::RingcollWork(int rank, c10d::OpType type, std::string label, uint64_t seq,
                            std::chrono::milliseconds timeout,
                            std::vector<at::Tensor> outputs,
                            std::function<std::string()> describeWait)
     : c10d::Work(rank, type),
-      opName_(std::move(opName)),
+      label_(std::move(label)),
       seq_(seq),
       timeout_(timeout),
       outputs_(std::move(outputs)),
@@ -32,8 +32,7 @@ bool RingcollWork::wait(std::chrono::milliseconds timeout) {
   if (!cv_.wait_for(lock, limit, [this] { return completed_; })) {
     lock.unlock();
     C10_THROW_ERROR(DistBackendError,
-                    c10::str("ringcoll::", opName_, " #", seq_, " (rank ", rank_,
-                             "): wait() timed out after ", limit.count(), " ms; ",
+                    c10::str(label_, ": wait() timed out after ", limit.count(), " ms; ",
                              describeWait_ ? describeWait_() : std::string()));
   }
   if (exception_) std::rethrow_exception(exception_);

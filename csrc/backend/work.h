@@ -22,7 +22,8 @@ namespace ringcoll {
 class RingcollWork final : public c10d::Work {
  public:
   // `describeWait` is called only on timeout, to say whom the op waits for.
-  RingcollWork(int rank, c10d::OpType type, std::string opName, uint64_t seq,
+  // `label`: see label() below; it prefixes the timeout error.
+  RingcollWork(int rank, c10d::OpType type, std::string label, uint64_t seq,
                std::chrono::milliseconds timeout, std::vector<at::Tensor> outputs,
                std::function<std::string()> describeWait);
 
@@ -41,7 +42,7 @@ class RingcollWork final : public c10d::Work {
   static std::string label(const std::string& opName, uint64_t seq, int rank, int size);
 
  private:
-  const std::string opName_;
+  const std::string label_;
   const uint64_t seq_;
   const std::chrono::milliseconds timeout_;
   std::vector<at::Tensor> outputs_;
