@@ -34,6 +34,11 @@ def _dtypes(gname, p):
     return DTYPES if gname == "default" and p <= 4 else SUBSET
 
 
+def _counts(gname, p, large):
+    # Segmentation only matters for blocks longer than one 24-byte segment.
+    return cases.counts(p, large) if gname == "default" else [p + 1, large]
+
+
 def _gloo(fn):
     """Runs fn() on the gloo group; None where gloo does not support the call."""
     try:
@@ -61,7 +66,7 @@ def allreduce_matrix(rank, p):
             for op in OPS:
                 if not cases.op_valid(op, dtype):
                     continue
-                for n in cases.counts(p):
+                for n in _counts(gname, p, 1000):
                     what = f"allreduce[{gname}] {dtype} {op} n={n}"
                     inputs = [cases.make_input(r, n, dtype, op, p) for r in range(p)]
                     want = cases.reference(inputs, op, dtype, p)
@@ -90,7 +95,7 @@ def reduce_scatter_matrix(rank, p):
             for op in OPS:
                 if not cases.op_valid(op, dtype):
                     continue
-                for m in cases.counts(p, large=333):
+                for m in _counts(gname, p, 333):
                     inputs = [cases.make_input(r, p * m, dtype, op, p) for r in range(p)]
                     full = cases.reference(inputs, op, dtype, p)
                     want = full[rank * m:(rank + 1) * m]
@@ -106,7 +111,9 @@ def reduce_scatter_matrix(rank, p):
                     dist.reduce_scatter_tensor(view, buf, op=cases.reduce_op(op), group=group)
                     _check(failures, f"reduce_scatter_tensor in-place[{gname}] {dtype} {op} m={m}",
                            view, want)
-                    # list API, compared with gloo where gloo has it
+                    if gname != "default":
+                        continue
+                    # list API
                     out2 = torch.empty(m, dtype=dtype)
                     chunks = list(inputs[rank].clone().chunk(p)) if m else [
                         torch.empty(0, dtype=dtype) for _ in range(p)]
@@ -120,7 +127,7 @@ def allgather_matrix(rank, p):
     failures = []
     for gname, group in _groups().items():
         for dtype in _dtypes(gname, p):
-            for m in cases.counts(p, large=333):
+            for m in _counts(gname, p, 333):
                 parts = [cases.make_input(r, m, dtype, "SUM", p, salt=r) for r in range(p)]
                 want = torch.cat(parts)
                 out = torch.empty(p * m, dtype=dtype)
@@ -147,7 +154,7 @@ def broadcast_matrix(rank, p):
     failures = []
     for gname, group in _groups().items():
         for dtype in _dtypes(gname, p):
-            for n in cases.counts(p, large=1001):
+            for n in _counts(gname, p, 1001):
                 for root in range(p):
                     want = cases.make_input(root, n, dtype, "SUM", p, salt=7)
                     x = want.clone() if rank == root else torch.zeros(n, dtype=dtype)
@@ -194,15 +201,20 @@ MATRICES = {
 }
 
 
-@pytest.mark.parametrize("world_size", WORLD_SIZES)
-@pytest.mark.parametrize("collective", sorted(MATRICES))
+# World size 5 (non-power of two, 5 processes on 2 cores) runs the reducing
+# collectives; 3 covers the non-power-of-two case for the others.
+GRID = [(c, p) for c in sorted(MATRICES) for p in WORLD_SIZES
+        if p < 5 or c in ("allreduce", "reduce_scatter")]
+
+
+@pytest.mark.parametrize("collective, world_size", GRID)
 def test_matrix_against_gloo(collective, world_size):
     per_rank = mp.run_world(world_size, MATRICES[collective], timeout=600)
     failures = [f"rank {r}: {f}" for r, fs in enumerate(per_rank) for f in fs]
     assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:40])
 
 
-@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("world_size", [3])
 def test_large_64mib(world_size):
     per_rank = mp.run_world(world_size, large_matrix, timeout=600)
     failures = [f"rank {r}: {f}" for r, fs in enumerate(per_rank) for f in fs]
