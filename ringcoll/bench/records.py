@@ -1,0 +1,165 @@
+"""One record per collective, as nccl-tests describes each test: how a byte size
+maps to element counts, how inputs are initialised so that the expected output is
+exact whatever the reduction order, the bus-bandwidth factor, and how to run it
+out-of-place and in-place through torch.distributed.
+
+Sizes follow nccl-tests: `size` is the bytes of the larger buffer (the all-reduce
+tensor, the gathered all-gather output, the reduce-scatter input); `count` is its
+element count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+OPS = ("sum", "prod", "min", "max", "avg")
+
+
+def bus_factor(collective: str, p: int) -> float:
+    """busbw = algbw x this (nccl-tests' PERFORMANCE.md)."""
+    if collective == "all_reduce":
+        return 2.0 * (p - 1) / p
+    if collective in ("all_gather", "reduce_scatter"):
+        return (p - 1) / p
+    if collective in ("broadcast", "reduce"):
+        return 1.0
+    raise ValueError(f"unknown collective {collective!r}")
+
+
+def bandwidths(collective: str, nbytes: int, seconds: float, p: int) -> tuple[float, float]:
+    """(algbw, busbw) in GB/s for `nbytes` moved in `seconds`."""
+    if seconds <= 0:
+        return 0.0, 0.0
+    algbw = nbytes / seconds / 1e9
+    return algbw, algbw * bus_factor(collective, p)
+
+
+def sweep(min_bytes: int, max_bytes: int, factor: float) -> list[int]:
+    """min, min*f, ... up to and including max (nccl-tests -b/-e/-f)."""
+    if min_bytes <= 0 or max_bytes < min_bytes or factor <= 1:
+        raise ValueError(f"bad sweep -b {min_bytes} -e {max_bytes} -f {factor}")
+    sizes, s = [], float(min_bytes)
+    while s <= max_bytes * (1 + 1e-9):
+        sizes.append(int(round(s)))
+        s *= factor
+    return sizes
+
+
+def parse_size(text: str) -> int:
+    """'8', '1K', '64M', '1G' -> bytes (binary units, as nccl-tests)."""
+    t = text.strip().upper().rstrip("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:] if t else "", 1)
+    return int(float(t[:-1] if mult > 1 else t) * mult)
+
+
+def element_input(rank: int, p: int, n: int, op: str, salt: int = 0) -> torch.Tensor:
+    """Small integers, exact in any float dtype for any reduction order: values
+    1..5 (sum over p ranks <= 5p), {1, 2} for prod with at most ceil(p/4) twos per
+    element, multiples of p for avg so the mean is an integer."""
+    i = torch.arange(n, dtype=torch.int64) + salt
+    if op == "prod":
+        v = 1 + (((i + rank) % 4) == 0).to(torch.int64)
+    elif op == "avg":
+        v = p * (((3 * i + rank) % 4) + 1)
+    else:
+        v = ((7 * i + 3 * rank) % 5) + 1
+    return v.to(torch.float64)
+
+
+def reduce_ref(inputs: list[torch.Tensor], op: str, p: int) -> torch.Tensor:
+    s = torch.stack(inputs)
+    return {"sum": lambda: s.sum(0), "prod": lambda: s.prod(0), "min": lambda: s.min(0).values,
+            "max": lambda: s.max(0).values, "avg": lambda: s.sum(0) / p}[op]()
+
+
+def torch_op(op: str):
+    return {"sum": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+            "max": dist.ReduceOp.MAX, "avg": dist.ReduceOp.AVG}[op]
+
+
+@dataclass
+class Case:
+    """One collective call ready to run: `run()` issues it (and returns the Work
+    when async), `output` is the tensor to check against `expected`."""
+    run: Callable[[], object]
+    output: torch.Tensor
+    expected: torch.Tensor | None
+    reset: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Record:
+    name: str
+    reduces: bool
+    count_multiple_of_p: bool
+    build: Callable[..., Case | None]  # (rank, p, count, dtype, op, device, inplace, group)
+
+
+def _all_reduce(rank, p, count, dtype, op, device, inplace, group) -> Case | None:
+    if not inplace:
+        return None  # torch's all_reduce is in place only
+    inputs = [element_input(r, p, count, op) for r in range(p)]
+    src = inputs[rank].to(dtype).to(device)
+    x = src.clone()
+    exp = reduce_ref(inputs, op, p).to(dtype).to(device)
+
+    def reset():
+        x.copy_(src)
+
+    return Case(lambda: dist.all_reduce(x, op=torch_op(op), group=group, async_op=True), x,
+                exp, reset)
+
+
+def _all_gather(rank, p, count, dtype, op, device, inplace, group) -> Case:
+    m = count // p
+    parts = [element_input(r, p, m, "sum", salt=r) for r in range(p)]
+    out = torch.zeros(m * p, dtype=dtype, device=device)
+    mine = parts[rank].to(dtype).to(device)
+    inp = out[rank * m:(rank + 1) * m] if inplace else mine.clone()
+
+    def reset():
+        inp.copy_(mine)
+
+    reset()
+    return Case(lambda: dist.all_gather_into_tensor(out, inp, group=group, async_op=True), out,
+                torch.cat(parts).to(dtype).to(device), reset)
+
+
+def _reduce_scatter(rank, p, count, dtype, op, device, inplace, group) -> Case:
+    m = count // p
+    inputs = [element_input(r, p, m * p, op) for r in range(p)]
+    src = inputs[rank].to(dtype).to(device)
+    inp = src.clone()
+    out = inp[rank * m:(rank + 1) * m] if inplace else torch.empty(m, dtype=dtype, device=device)
+    exp = reduce_ref(inputs, op, p)[rank * m:(rank + 1) * m].to(dtype).to(device)
+
+    def reset():
+        inp.copy_(src)
+
+    return Case(lambda: dist.reduce_scatter_tensor(out, inp, op=torch_op(op), group=group,
+                                                   async_op=True), out, exp, reset)
+
+
+RECORDS = {
+    "all_reduce": Record("all_reduce", True, False, _all_reduce),
+    "all_gather": Record("all_gather", False, True, _all_gather),
+    "reduce_scatter": Record("reduce_scatter", True, True, _reduce_scatter),
+}
+
+
+def count_for(record: Record, size: int, p: int, elem: int) -> int:
+    """Elements of the larger buffer for `size` bytes, rounded down so per-rank
+    counts are whole (at least one element per rank)."""
+    n = max(1, size // elem)
+    if record.count_multiple_of_p:
+        n = max(p, n // p * p)
+    return n
+
+
+def count_wrong(output: torch.Tensor, expected: torch.Tensor) -> int:
+    """nccl-tests' #wrong: elements that differ from the exact expected result."""
+    return int((output != expected).sum().item())
