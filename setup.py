@@ -3,8 +3,14 @@
     pip install --no-build-isolation -e .
 
 The build imports torch (it compiles against torch's headers), hence
---no-build-isolation. CPU-only for now; the CUDA variant is selected in
-_cuda_config() below.
+--no-build-isolation.
+
+CPU or CUDA variant (_cuda_config below): the CUDA variant (CUDA kernels, NCCL
+transport) is built when torch is a CUDA build, nvcc is found (CUDA_HOME, else
+/usr/local/cuda) and NCCL's headers and library are present (the nvidia-nccl wheel
+CUDA torch depends on). RINGCOLL_CUDA=0 forces the CPU variant; RINGCOLL_CUDA=1
+forces CUDA and fails, naming what is missing, if it cannot. Architectures: sm_80
+and sm_90 plus PTX unless TORCH_CUDA_ARCH_LIST says otherwise.
 """
 
 import glob
@@ -14,8 +20,8 @@ import sys
 from setuptools import find_packages, setup
 
 try:
-    import torch  # noqa: F401
-    from torch.utils.cpp_extension import BuildExtension, CppExtension
+    import torch
+    from torch.utils import cpp_extension
 except ImportError:
     sys.exit(
         "ringcoll: building needs torch installed first (pip install torch), and "
@@ -24,22 +30,78 @@ except ImportError:
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "csrc")
+# Files that need CUDA (or NCCL) to compile; everything else builds in both variants.
+CUDA_ONLY = {"csrc/backend/cuda_path.cc", "csrc/transport/nccl_transport.cc"}
 
 
 def _sources(pattern):
-    return sorted(os.path.relpath(p, HERE) for p in glob.glob(os.path.join(CSRC, pattern), recursive=True))
+    return sorted(os.path.relpath(p, HERE)
+                  for p in glob.glob(os.path.join(CSRC, pattern), recursive=True))
+
+
+def _nccl_home():
+    """(include dir, lib dir) of NCCL from the nvidia-nccl wheel, or None."""
+    try:
+        import nvidia.nccl as nccl_pkg
+    except ImportError:
+        return None
+    for base in list(getattr(nccl_pkg, "__path__", [])):
+        inc, lib = os.path.join(base, "include"), os.path.join(base, "lib")
+        if os.path.exists(os.path.join(inc, "nccl.h")) and os.path.exists(
+                os.path.join(lib, "libnccl.so.2")):
+            return inc, lib
+    return None
+
+
+def _cuda_config():
+    """None for the CPU variant, else (nvcc path, nccl include, nccl lib)."""
+    want = os.environ.get("RINGCOLL_CUDA", "").strip()
+    if want not in ("", "0", "1"):
+        sys.exit(f"ringcoll: RINGCOLL_CUDA='{want}' must be 0 or 1")
+    if want == "0":
+        return None
+    missing = []
+    if torch.version.cuda is None:
+        missing.append(f"torch {torch.__version__} is not a CUDA build")
+    cuda_home = os.environ.get("CUDA_HOME") or cpp_extension.CUDA_HOME or "/usr/local/cuda"
+    nvcc = os.path.join(cuda_home, "bin", "nvcc")
+    if not os.path.exists(nvcc):
+        missing.append(f"nvcc not found at {nvcc} (set CUDA_HOME)")
+    nccl = _nccl_home()
+    if nccl is None:
+        missing.append("NCCL headers/library not found (the nvidia-nccl wheel)")
+    if missing:
+        if want == "1":
+            sys.exit("ringcoll: RINGCOLL_CUDA=1 but the CUDA variant cannot be built: "
+                     + "; ".join(missing))
+        print("ringcoll: building the CPU variant (" + "; ".join(missing) + ")")
+        return None
+    os.environ["CUDA_HOME"] = cuda_home
+    cpp_extension.CUDA_HOME = cuda_home
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
+    return nvcc, nccl[0], nccl[1]
 
 
 def _extension():
-    sources = _sources("**/*.cc")
     # -g0: no debug info; it halves compile time on 2 cores.
     cxx = ["-O3", "-g0", "-Wall", "-Wno-unused-function", "-Wno-attributes"]
-    return CppExtension(
-        name="ringcoll._C",
-        sources=sources,
-        include_dirs=[CSRC],
-        extra_compile_args={"cxx": cxx},
-    )
+    cuda = _cuda_config()
+    if cuda is None:
+        sources = [s for s in _sources("**/*.cc") if s not in CUDA_ONLY]
+        return cpp_extension.CppExtension(
+            name="ringcoll._C", sources=sources, include_dirs=[CSRC],
+            extra_compile_args={"cxx": cxx})
+    _, nccl_inc, nccl_lib = cuda
+    sources = _sources("**/*.cc") + _sources("**/*.cu")
+    print(f"ringcoll: building the CUDA variant (archs {os.environ['TORCH_CUDA_ARCH_LIST']}, "
+          f"NCCL from {nccl_lib})")
+    return cpp_extension.CUDAExtension(
+        name="ringcoll._C", sources=sources, include_dirs=[CSRC, nccl_inc],
+        extra_compile_args={"cxx": cxx + ["-DRINGCOLL_WITH_CUDA=1"],
+                            "nvcc": ["-O3", "-DRINGCOLL_WITH_CUDA=1"]},
+        # The wheel ships libnccl.so.2 only (no libnccl.so): link it by file name
+        # and find it at run time through an rpath.
+        extra_link_args=[f"-L{nccl_lib}", "-l:libnccl.so.2", f"-Wl,-rpath,{nccl_lib}"])
 
 
 setup(
@@ -48,6 +110,6 @@ setup(
     description="Readable ring collectives as a torch.distributed backend",
     packages=find_packages(include=["ringcoll", "ringcoll.*"]),
     ext_modules=[_extension()],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.9",
 )

@@ -15,6 +15,14 @@
 #include "backend/checks.h"
 #include "common/knobs.h"
 #include "reduce/reducer.h"
+#include "reduce/vector.h"
+#ifdef RINGCOLL_WITH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <nccl.h>
+
+#include "reduce/cuda_reducer.h"
+#endif
 
 namespace py = pybind11;
 
@@ -64,14 +72,18 @@ scheduleSteps(const std::string& algoName, const std::string& collective, int p,
 
 // dst = op(a, b) elementwise with the CPU reducer (the shared functors), for
 // functor tests against torch's own arithmetic.
-at::Tensor cpuReduce(const at::Tensor& a, const at::Tensor& b, const std::string& opName) {
+const std::map<std::string, ringcoll::RedOp>& opNames() {
   using ringcoll::RedOp;
   static const std::map<std::string, RedOp> ops = {
       {"sum", RedOp::kSum}, {"product", RedOp::kProduct}, {"min", RedOp::kMin},
       {"max", RedOp::kMax}, {"band", RedOp::kBand}, {"bor", RedOp::kBor},
       {"bxor", RedOp::kBxor}};
-  auto it = ops.find(opName);
-  TORCH_CHECK(it != ops.end(), "unknown op ", opName);
+  return ops;
+}
+
+at::Tensor cpuReduce(const at::Tensor& a, const at::Tensor& b, const std::string& opName) {
+  auto it = opNames().find(opName);
+  TORCH_CHECK(it != opNames().end(), "unknown op ", opName);
   const auto dtype = ringcoll::checks::tensorDType("cpu_reduce", a, "a");
   TORCH_CHECK(a.scalar_type() == b.scalar_type() && a.numel() == b.numel(),
               "cpu_reduce: a and b differ");
@@ -83,6 +95,40 @@ at::Tensor cpuReduce(const at::Tensor& a, const at::Tensor& b, const std::string
   r.reduce(out.data_ptr(), ac.data_ptr(), bc.data_ptr(), ac.numel(), dtype, it->second);
   return out;
 }
+
+#ifdef RINGCOLL_WITH_CUDA
+// dst = op(a, b) with the CUDA kernels on the current stream, for kernel tests.
+// a, b and the result may be views at any offset (to reach the unaligned paths).
+at::Tensor cudaReduce(const at::Tensor& a, const at::Tensor& b, const std::string& opName,
+                      at::Tensor out) {
+  auto it = opNames().find(opName);
+  TORCH_CHECK(it != opNames().end(), "unknown op ", opName);
+  const auto dtype = ringcoll::checks::tensorDType("cuda_reduce", a, "a");
+  TORCH_CHECK(a.is_cuda() && b.is_cuda() && out.is_cuda(), "cuda_reduce: cuda tensors only");
+  TORCH_CHECK(a.is_contiguous() && b.is_contiguous() && out.is_contiguous() &&
+                  a.numel() == b.numel() && a.numel() == out.numel(),
+              "cuda_reduce: contiguous tensors of equal numel");
+  c10::cuda::CUDAGuard guard(a.device());
+  const cudaError_t err = ringcoll::launchReduce(
+      out.data_ptr(), a.data_ptr(), b.data_ptr(), a.numel(), dtype, it->second,
+      c10::cuda::getCurrentCUDAStream(a.device().index()).stream());
+  TORCH_CHECK(err == cudaSuccess, "cuda_reduce: ", cudaGetErrorString(err));
+  return out;
+}
+
+at::Tensor cudaScale(const at::Tensor& a, const std::string& how, double value) {
+  const auto dtype = ringcoll::checks::tensorDType("cuda_scale", a, "a");
+  at::Tensor out = a.contiguous().clone();
+  c10::cuda::CUDAGuard guard(a.device());
+  auto stream = c10::cuda::getCurrentCUDAStream(a.device().index()).stream();
+  cudaError_t err;
+  if (how == "divide") err = ringcoll::launchDivide(out.data_ptr(), out.numel(), dtype, static_cast<int>(value), stream);
+  else if (how == "multiply") err = ringcoll::launchMultiply(out.data_ptr(), out.numel(), dtype, value, stream);
+  else TORCH_CHECK(false, "unknown scale ", how);
+  TORCH_CHECK(err == cudaSuccess, "cuda_scale: ", cudaGetErrorString(err));
+  return out;
+}
+#endif
 
 at::Tensor cpuScale(const at::Tensor& a, const std::string& how, double value) {
   const auto dtype = ringcoll::checks::tensorDType("cpu_scale", a, "a");
@@ -125,12 +171,33 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("schedule_steps", &scheduleSteps, py::arg("algo"), py::arg("collective"),
         py::arg("p"), py::arg("rank"), py::arg("pipeline_blocks") = 1, py::arg("root") = 0);
   m.def("cpu_reduce", &cpuReduce);
+#ifdef RINGCOLL_WITH_CUDA
+  m.def("cuda_reduce", &cudaReduce, py::arg("a"), py::arg("b"), py::arg("op"), py::arg("out"));
+  m.def("cuda_scale", &cudaScale);
+#endif
   m.def("cpu_scale", &cpuScale);
   m.attr("internal_tag") = RingcollBackend::kInternalTag;
   m.def("build_info", []() {
     py::dict d;
+#ifdef RINGCOLL_WITH_CUDA
+    d["cuda"] = true;
+    d["nccl_version_built"] = c10::str(NCCL_MAJOR, ".", NCCL_MINOR, ".", NCCL_PATCH);
+    int v = 0;
+    if (ncclGetVersion(&v) == ncclSuccess) {
+      // NCCL >= 2.9 encodes X.Y.Z as X*10000 + Y*100 + Z.
+      d["nccl_version"] = c10::str(v / 10000, ".", (v / 100) % 100, ".", v % 100);
+    } else {
+      d["nccl_version"] = py::none();
+    }
+#else
     d["cuda"] = false;
     d["nccl_version"] = py::none();
+#endif
     return d;
+  });
+  m.def("vector_split", [](uintptr_t dst, uintptr_t a, uintptr_t b, size_t count,
+                           size_t elemSize) {
+    const auto s = ringcoll::vectorSplit(dst, a, b, count, elemSize);
+    return std::make_tuple(s.head, s.packs, s.tail);
   });
 }

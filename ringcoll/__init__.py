@@ -5,7 +5,8 @@ torch.distributed backend.
     dist.init_process_group("ringcoll")
 
 Importing this package loads the C++ extension and registers the "ringcoll"
-backend for cpu tensors.
+backend for cpu tensors, and for cuda tensors when the extension was built with
+CUDA (ringcoll.build_info()["cuda"]).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def algorithms() -> list[str]:
 
 def _devices() -> list[str]:
     # A list, not a string: torch 2.13 mis-handles a plain string here.
-    return ["cpu"]
+    return ["cpu", "cuda"] if _C.build_info()["cuda"] else ["cpu"]
 
 
 dist.Backend.register_backend(

@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from tests import mp
 
 
-def train(rank, p, group, steps=5):
+def train(rank, p, group, steps=5, device="cpu"):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 4))
@@ -26,16 +26,17 @@ def train(rank, p, group, steps=5):
     with torch.no_grad():
         for prm in model.parameters():
             prm.add_(rank * 0.01)
+    model = model.to(device)
     ddp = DDP(model, process_group=group, bucket_cap_mb=0.001)  # several buckets
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     gen = torch.Generator().manual_seed(100 + rank)
     for _ in range(steps):
-        x = torch.randn(8, 16, generator=gen)
-        y = torch.randn(8, 4, generator=gen)
+        x = torch.randn(8, 16, generator=gen).to(device)
+        y = torch.randn(8, 4, generator=gen).to(device)
         opt.zero_grad()
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
-    return [prm.detach().clone() for prm in model.parameters()]
+    return [prm.detach().cpu().clone() for prm in model.parameters()]
 
 
 def ddp_equivalence(rank, p):

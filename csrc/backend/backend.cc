@@ -24,10 +24,11 @@ void writeBack(at::Tensor& dst, const at::Tensor& flat) {
 }
 }  // namespace
 
-RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& /*store*/, int rank,
+RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout,
                                  c10::intrusive_ptr<c10d::Backend> p2p, Knobs knobs)
     : c10d::Backend(rank, size),
+      store_(store),
       knobs_(std::move(knobs)),
       algorithm_(algo::findAlgorithm(knobs_.algo)),
       timeout_(timeout),
@@ -49,7 +50,12 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& /*store*
   }
 }
 
-RingcollBackend::~RingcollBackend() { worker_.reset(); }
+RingcollBackend::~RingcollBackend() {
+  worker_.reset();
+#ifdef RINGCOLL_WITH_CUDA
+  cuda_.reset();
+#endif
+}
 
 std::chrono::milliseconds RingcollBackend::opTimeout(
     std::chrono::milliseconds requested) const {
@@ -57,16 +63,44 @@ std::chrono::milliseconds RingcollBackend::opTimeout(
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const char* op,
+                                                       const std::vector<at::Tensor>& inputs,
                                                        std::vector<at::Tensor> outputs,
                                                        std::chrono::milliseconds timeout,
                                                        Body body) {
   const uint64_t seq = ++seq_;
-  const int me = getRank();
-  const int p = getSize();
+  const std::string label = RingcollWork::label(op, seq, getRank(), getSize());
+  const at::Tensor* first = !inputs.empty() ? &inputs[0] : (!outputs.empty() ? &outputs[0] : nullptr);
+  if (first && first->is_cuda()) {
+#ifdef RINGCOLL_WITH_CUDA
+    CudaPath* path;
+    {
+      std::lock_guard<std::mutex> lock(cudaMutex_);
+      if (!cuda_) {
+        cuda_ = std::make_unique<CudaPath>(store_, getRank(), getSize(), timeout_, knobs_,
+                                           first->device().index());
+      }
+      path = cuda_.get();
+    }
+    TORCH_CHECK(first->device().index() == path->device(), "ringcoll::", op,
+                ": tensor is on cuda:", static_cast<int>(first->device().index()),
+                " but this process group is bound to cuda:", static_cast<int>(path->device()));
+    return path->launch(type, label, seq, inputs, std::move(outputs), body);
+#else
+    TORCH_CHECK(false, "ringcoll::", op, ": this ringcoll build has no CUDA support");
+#endif
+  }
+  return launchCpu(type, label, seq, std::move(outputs), timeout, std::move(body));
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type,
+                                                          const std::string& label,
+                                                          uint64_t seq,
+                                                          std::vector<at::Tensor> outputs,
+                                                          std::chrono::milliseconds timeout,
+                                                          Body body) {
   Transport* transport = transport_.get();
-  const std::string label = RingcollWork::label(op, seq, me, p);
   auto work = c10::make_intrusive<RingcollWork>(
-      me, type, label, seq, timeout, std::move(outputs), [transport]() -> std::string {
+      getRank(), type, label, seq, timeout, std::move(outputs), [transport]() -> std::string {
         const int peer = transport->waitingFor();
         return peer >= 0 ? c10::str("it was waiting for rank ", peer)
                          : std::string("it was queued behind an earlier collective");
@@ -118,7 +152,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
   at::Tensor t = checks::single(op, tensors, "input");
   const DType dtype = checks::tensorDType(op, t, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
-  return launch(c10d::OpType::ALLREDUCE, op, {t}, opTimeout(opts.timeout),
+  return launch(c10d::OpType::ALLREDUCE, op, {t}, {t}, opTimeout(opts.timeout),
                 [this, t, dtype, red](algo::Executor& ex) mutable {
                   at::Tensor flat = flatWorking(t);
                   algo::allreduce(ex, algorithm_, flat.data_ptr(), flat.numel(), dtype, red);
@@ -139,7 +173,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(
   }
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   std::vector<at::Tensor> ts = tensors;
-  return launch(c10d::OpType::ALLREDUCE_COALESCED, op, ts, opTimeout(opts.timeout),
+  return launch(c10d::OpType::ALLREDUCE_COALESCED, op, ts, ts, opTimeout(opts.timeout),
                 [this, ts, dtype, red](algo::Executor& ex) mutable {
                   std::vector<at::Tensor> flats;
                   for (auto& t : ts) flats.push_back(t.reshape({-1}));
@@ -163,7 +197,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce(std::vector<at::Tensor>& 
   const bool isRoot = opts.rootRank == getRank();
   // An all-reduce whose result only the root keeps: non-roots work on a copy so
   // their input is left as it was.
-  return launch(c10d::OpType::REDUCE, op, {t}, opTimeout(opts.timeout),
+  return launch(c10d::OpType::REDUCE, op, {t}, {t}, opTimeout(opts.timeout),
                 [this, t, dtype, red, isRoot](algo::Executor& ex) mutable {
                   at::Tensor flat = isRoot ? flatWorking(t) : t.reshape({-1}).clone();
                   algo::allreduce(ex, algorithm_, flat.data_ptr(), flat.numel(), dtype, red);
@@ -178,7 +212,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
   const DType dtype = checks::tensorDType(op, t, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
-  return launch(c10d::OpType::BROADCAST, op, {t}, opTimeout(opts.timeout),
+  return launch(c10d::OpType::BROADCAST, op, {t}, {t}, opTimeout(opts.timeout),
                 [this, t, dtype, root](algo::Executor& ex) mutable {
                   at::Tensor flat = flatWorking(t);
                   algo::broadcast(ex, algorithm_, flat.data_ptr(),
@@ -195,12 +229,13 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_allgather_base(
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "ringcoll::", op,
               ": output has dtype ", output.scalar_type(), " but input has dtype ",
               input.scalar_type());
+  checks::sameDevice(op, output, input);
   checks::numelEquals(op, output, "output", input.numel() * getSize(),
                       "world size x input numel");
   at::Tensor out = output;
   at::Tensor in = input;
   const int me = getRank();
-  return launch(c10d::OpType::_ALLGATHER_BASE, op, {out}, opTimeout(opts.timeout),
+  return launch(c10d::OpType::_ALLGATHER_BASE, op, {in}, {out}, opTimeout(opts.timeout),
                 [this, out, in, dtype, me](algo::Executor& ex) mutable {
                   const int64_t m = in.numel();
                   at::Tensor flat = flatWorking(out);
@@ -227,7 +262,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
     checks::sameDTypeAndNumel(op, outs[i], c10::str("output tensor ", i), in, "the input");
   }
   const int me = getRank();
-  return launch(c10d::OpType::ALLGATHER, op, outs, opTimeout(opts.timeout),
+  return launch(c10d::OpType::ALLGATHER, op, {in}, outs, opTimeout(opts.timeout),
                 [this, outs, in, dtype, me](algo::Executor& ex) mutable {
                   const int64_t m = in.numel();
                   at::Tensor flat = at::empty({m * static_cast<int64_t>(outs.size())},
@@ -248,13 +283,14 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "ringcoll::", op,
               ": output has dtype ", output.scalar_type(), " but input has dtype ",
               input.scalar_type());
+  checks::sameDevice(op, output, input);
   checks::numelEquals(op, input, "input", output.numel() * getSize(),
                       "world size x output numel");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   at::Tensor out = output;
   at::Tensor in = input;
   const int me = getRank();
-  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op, {out}, opTimeout(opts.timeout),
+  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op, {in}, {out}, opTimeout(opts.timeout),
                 [this, out, in, dtype, red, me](algo::Executor& ex) mutable {
                   const int64_t m = out.numel();
                   // The ring reduces in place, so it works on a copy of the input.
@@ -283,7 +319,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
   }
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   const int me = getRank();
-  return launch(c10d::OpType::REDUCE_SCATTER, op, {out}, opTimeout(opts.timeout),
+  return launch(c10d::OpType::REDUCE_SCATTER, op, ins, {out}, opTimeout(opts.timeout),
                 [this, out, ins, dtype, red, me](algo::Executor& ex) mutable {
                   const int64_t m = out.numel();
                   std::vector<at::Tensor> flats;
@@ -297,7 +333,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::barrier(const c10d::BarrierOptions& opts) {
   const char* op = "barrier";
-  return launch(c10d::OpType::BARRIER, op, {}, opTimeout(opts.timeout),
+  return launch(c10d::OpType::BARRIER, op, {}, {}, opTimeout(opts.timeout),
                 [this](algo::Executor& ex) {
                   at::Tensor scratch = at::zeros({getSize()}, at::kByte);
                   algo::barrier(ex, algorithm_, scratch.data_ptr());

@@ -31,6 +31,9 @@
 #include "common/knobs.h"
 #include "reduce/reducer.h"
 #include "transport/transport.h"
+#ifdef RINGCOLL_WITH_CUDA
+#include "backend/cuda_path.h"
+#endif
 
 namespace ringcoll {
 
@@ -80,11 +83,19 @@ class RingcollBackend final : public c10d::Backend {
 
  private:
   using Body = std::function<void(algo::Executor&)>;
+  // Runs `body` on the path of the tensors' device: the CPU worker (gloo
+  // transport, CPU reducer) or the CUDA path (NCCL transport, CUDA kernels, comm
+  // stream). `inputs` and `outputs` are the user's tensors.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* op,
+                                        const std::vector<at::Tensor>& inputs,
                                         std::vector<at::Tensor> outputs,
                                         std::chrono::milliseconds timeout, Body body);
+  c10::intrusive_ptr<c10d::Work> launchCpu(c10d::OpType type, const std::string& label,
+                                           uint64_t seq, std::vector<at::Tensor> outputs,
+                                           std::chrono::milliseconds timeout, Body body);
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
 
+  const c10::intrusive_ptr<c10d::Store> store_;
   const Knobs knobs_;
   const algo::Algorithm& algorithm_;
   const std::chrono::milliseconds timeout_;
@@ -96,6 +107,10 @@ class RingcollBackend final : public c10d::Backend {
   std::atomic<uint64_t> seq_{0};
   std::mutex brokenMutex_;
   std::string broken_;  // the first peer failure, once there was one
+#ifdef RINGCOLL_WITH_CUDA
+  std::mutex cudaMutex_;
+  std::unique_ptr<CudaPath> cuda_;  // created by the first CUDA collective
+#endif
   // Declared last: destroyed first, so queued collectives finish while the
   // members they use still exist.
   std::unique_ptr<Worker> worker_;

@@ -6,7 +6,8 @@ namespace ringcoll::checks {
 
 namespace {
 const char* kSupported =
-    "float32, float64, float16, bfloat16, int8, uint8, int16, int32, int64, bool";
+    "float32, float64, float16, bfloat16, int8, uint8, int16, int32, int64, bool, "
+    "float8_e4m3fn, float8_e5m2";
 
 bool toDType(at::ScalarType s, DType* out) {
   switch (s) {
@@ -20,6 +21,8 @@ bool toDType(at::ScalarType s, DType* out) {
     case at::kInt: *out = DType::kInt32; return true;
     case at::kLong: *out = DType::kInt64; return true;
     case at::kBool: *out = DType::kBool; return true;
+    case at::kFloat8_e4m3fn: *out = DType::kFloat8E4M3; return true;
+    case at::kFloat8_e5m2: *out = DType::kFloat8E5M2; return true;
     default: return false;
   }
 }
@@ -50,8 +53,13 @@ DType tensorDType(const char* op, const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.defined(), "ringcoll::", op, ": ", what, " tensor is undefined");
   TORCH_CHECK(t.layout() == at::kStrided, "ringcoll::", op, ": ", what,
               " tensor has layout ", t.layout(), "; only dense (strided) tensors are supported");
+#ifdef RINGCOLL_WITH_CUDA
+  TORCH_CHECK(t.device().is_cpu() || t.device().is_cuda(), "ringcoll::", op, ": ", what,
+              " tensor is on ", t.device(), "; ringcoll handles cpu and cuda tensors");
+#else
   TORCH_CHECK(t.device().is_cpu(), "ringcoll::", op, ": ", what, " tensor is on ",
-              t.device(), " but this ringcoll backend handles cpu tensors only");
+              t.device(), " but this ringcoll build has no CUDA support (cpu tensors only)");
+#endif
   DType d;
   TORCH_CHECK(toDType(t.scalar_type(), &d), "ringcoll::", op, ": ", what,
               " tensor has dtype ", t.scalar_type(), ", which is not supported (supported: ",
@@ -68,6 +76,11 @@ void sameDTypeAndNumel(const char* op, const at::Tensor& t, const std::string& w
               " elements but ", refWhat, " has ", ref.numel());
   TORCH_CHECK(t.device() == ref.device(), "ringcoll::", op, ": ", what, " is on ",
               t.device(), " but ", refWhat, " is on ", ref.device());
+}
+
+void sameDevice(const char* op, const at::Tensor& out, const at::Tensor& in) {
+  TORCH_CHECK(out.device() == in.device(), "ringcoll::", op, ": output is on ", out.device(),
+              " but input is on ", in.device());
 }
 
 void numelEquals(const char* op, const at::Tensor& t, const char* what, int64_t expected,

@@ -24,6 +24,8 @@ DType tensorDType(const char* op, const at::Tensor& t, const char* what);
 void sameDTypeAndNumel(const char* op, const at::Tensor& t, const std::string& what,
                        const at::Tensor& ref, const char* refWhat);
 
+void sameDevice(const char* op, const at::Tensor& out, const at::Tensor& in);
+
 void numelEquals(const char* op, const at::Tensor& t, const char* what, int64_t expected,
                  const char* expectedWhat);
 

@@ -4,13 +4,25 @@
 
 #include "reduce/dispatch.h"
 #include "reduce/reducer.h"
+#include "reduce/vector.h"
 
 namespace ringcoll {
 
 namespace {
+// The same head / 16-byte packs / tail walk as the CUDA kernel (reduce/vector.h),
+// so the pack code path is exercised by CPU tests.
 template <typename T, typename Op>
 void reduceLoop(T* dst, const T* a, const T* b, size_t count) {
-  for (size_t i = 0; i < count; ++i) dst[i] = applyOp<T, Op>(a[i], b[i]);
+  const VecSplit s = vectorSplit(reinterpret_cast<uintptr_t>(dst),
+                                 reinterpret_cast<uintptr_t>(a),
+                                 reinterpret_cast<uintptr_t>(b), count, sizeof(T));
+  for (size_t i = 0; i < s.head; ++i) dst[i] = applyOp<T, Op>(a[i], b[i]);
+  auto* dp = reinterpret_cast<Pack16*>(dst + s.head);
+  const auto* ap = reinterpret_cast<const Pack16*>(a + s.head);
+  const auto* bp = reinterpret_cast<const Pack16*>(b + s.head);
+  for (size_t k = 0; k < s.packs; ++k) reducePack<T, Op>(dp[k], ap[k], bp[k]);
+  const size_t t0 = count - s.tail;
+  for (size_t i = t0; i < count; ++i) dst[i] = applyOp<T, Op>(a[i], b[i]);
 }
 }  // namespace
 

@@ -25,7 +25,8 @@ decltype(auto) dispatchDType(DType dtype, F&& f) {
     case DType::kInt32: return f(int32_t{});
     case DType::kInt64: return f(int64_t{});
     case DType::kBool: return f(bool{});
-    default: break;
+    case DType::kFloat8E4M3: return f(Float8E4M3{});
+    case DType::kFloat8E5M2: return f(Float8E5M2{});
   }
   throw std::invalid_argument(RC_STR("ringcoll: dtype ", dtypeName(dtype),
                                      " has no reducer on this path"));

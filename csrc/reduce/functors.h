@@ -14,6 +14,7 @@
 // arithmetic bit for bit. Nothing here includes torch or the CUDA runtime.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -102,6 +103,80 @@ RC_HD BFloat16 floatToBf16(float f) {
   return BFloat16{static_cast<uint16_t>(rounded >> 16)};
 }
 
+// 8-bit floats (OCP FP8, as torch.float8_e4m3fn / torch.float8_e5m2).
+//   e4m3fn: bias 7, 3 mantissa bits, no infinities, 0x7f/0xff is NaN, max 448;
+//           a value that rounds beyond 448 becomes NaN (torch's conversion).
+//   e5m2:   bias 15, 2 mantissa bits, IEEE-like inf/NaN, max 57344; overflow is inf.
+// Conversions from float round to nearest even, like torch's.
+struct Float8E4M3 {
+  uint8_t bits;
+};
+struct Float8E5M2 {
+  uint8_t bits;
+};
+
+template <int kExpBits, int kMantBits, int kBias>
+RC_HD float miniToFloat(uint8_t v, bool ieeeSpecials) {
+  const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24;
+  const uint32_t exp = (v >> kMantBits) & ((1u << kExpBits) - 1u);
+  const uint32_t mant = v & ((1u << kMantBits) - 1u);
+  const uint32_t expMax = (1u << kExpBits) - 1u;
+  if (ieeeSpecials && exp == expMax) {
+    return bitsFloat(sign | 0x7f800000u | (mant ? 0x400000u : 0u));
+  }
+  if (!ieeeSpecials && exp == expMax && mant == (1u << kMantBits) - 1u) {
+    return bitsFloat(sign | 0x7fc00000u);  // e4m3fn's only NaN pattern
+  }
+  if (exp == 0) {
+    // Subnormal: mant * 2^(1 - bias - mantBits), exact in float.
+    const float mag = static_cast<float>(mant) *
+        bitsFloat(static_cast<uint32_t>(127 + 1 - kBias - kMantBits) << 23);
+    return sign ? -mag : mag;
+  }
+  return bitsFloat(sign | ((exp - kBias + 127u) << 23) | (mant << (23 - kMantBits)));
+}
+
+template <int kExpBits, int kMantBits, int kBias>
+RC_HD uint8_t floatToMini(float f, bool ieeeSpecials) {
+  const uint32_t x = floatBits(f);
+  const uint8_t sign = static_cast<uint8_t>((x >> 24) & 0x80u);
+  const uint32_t ax = x & 0x7fffffffu;
+  const uint8_t expMax = static_cast<uint8_t>((1u << kExpBits) - 1u);
+  const uint8_t nan = ieeeSpecials ? static_cast<uint8_t>((expMax << kMantBits) | 2u)
+                                   : static_cast<uint8_t>(0x7fu);
+  const uint8_t overflow = ieeeSpecials ? static_cast<uint8_t>(expMax << kMantBits) : nan;
+  if (ax > 0x7f800000u) return static_cast<uint8_t>(sign | nan);
+  if (ax == 0x7f800000u) return static_cast<uint8_t>(sign | overflow);
+  const float mag = bitsFloat(ax);
+  const int minNormalExp = 1 - kBias;
+  const int fexp = static_cast<int>(ax >> 23) - 127;
+  if (fexp < minNormalExp) {
+    // Subnormal (or zero) result: count quanta of 2^(1 - bias - mantBits), round
+    // half to even; a count of 2^mantBits is exactly the smallest normal's code.
+    const float quantum = bitsFloat(static_cast<uint32_t>(127 + 1 - kBias - kMantBits) << 23);
+    const uint32_t q = static_cast<uint32_t>(rintf(mag / quantum));
+    return static_cast<uint8_t>(sign | q);
+  }
+  // Normal: keep kMantBits of the float mantissa, round half to even on the rest.
+  const uint32_t mant = ax & 0x7fffffu;
+  const int drop = 23 - kMantBits;
+  uint32_t q = mant >> drop;
+  const uint32_t rest = mant & ((1u << drop) - 1u);
+  const uint32_t half = 1u << (drop - 1);
+  if (rest > half || (rest == half && (q & 1u))) ++q;
+  int e = fexp + kBias;
+  if (q == (1u << kMantBits)) {
+    q = 0;
+    ++e;
+  }
+  const uint32_t code = (static_cast<uint32_t>(e) << kMantBits) | q;
+  const uint32_t maxFinite = ieeeSpecials ? ((static_cast<uint32_t>(expMax) - 1u) << kMantBits) |
+                                                ((1u << kMantBits) - 1u)
+                                          : 0x7eu;
+  if (e > static_cast<int>(expMax) || code > maxFinite) return static_cast<uint8_t>(sign | overflow);
+  return static_cast<uint8_t>(sign | code);
+}
+
 // How a storage type is widened for arithmetic and narrowed back.
 template <typename T>
 struct Elem {
@@ -120,6 +195,19 @@ struct Elem<BFloat16> {
   using Acc = float;
   RC_HD static float load(BFloat16 v) { return bf16ToFloat(v); }
   RC_HD static BFloat16 store(float v) { return floatToBf16(v); }
+};
+
+template <>
+struct Elem<Float8E4M3> {
+  using Acc = float;
+  RC_HD static float load(Float8E4M3 v) { return miniToFloat<4, 3, 7>(v.bits, false); }
+  RC_HD static Float8E4M3 store(float v) { return Float8E4M3{floatToMini<4, 3, 7>(v, false)}; }
+};
+template <>
+struct Elem<Float8E5M2> {
+  using Acc = float;
+  RC_HD static float load(Float8E5M2 v) { return miniToFloat<5, 2, 15>(v.bits, true); }
+  RC_HD static Float8E5M2 store(float v) { return Float8E5M2{floatToMini<5, 2, 15>(v, true)}; }
 };
 
 // The functors. Integer results wrap like torch's (two's complement); for bool,

@@ -21,8 +21,8 @@ enum class DType : uint8_t {
   kInt32,
   kInt64,
   kBool,
-  kFloat8E4M3,  // CUDA path only (issue: GPU path); the CPU reducer rejects it
-  kFloat8E5M2,
+  kFloat8E4M3,  // torch.float8_e4m3fn (SUM, MIN, MAX only)
+  kFloat8E5M2,  // torch.float8_e5m2 (SUM, MIN, MAX only)
 };
 
 // Element ops applied pairwise, dst = op(dst, src). AVG and PREMUL_SUM are not
