@@ -181,11 +181,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     py::dict d;
 #ifdef RINGCOLL_WITH_CUDA
     d["cuda"] = true;
-    d["nccl_version_built"] = c10::str(NCCL_MAJOR, ".", NCCL_MINOR, ".", NCCL_PATCH);
+    auto version = [](int major, int minor, int patch) {
+      return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
+    };
+    d["nccl_version_built"] = version(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
     int v = 0;
     if (ncclGetVersion(&v) == ncclSuccess) {
       // NCCL >= 2.9 encodes X.Y.Z as X*10000 + Y*100 + Z.
-      d["nccl_version"] = c10::str(v / 10000, ".", (v / 100) % 100, ".", v % 100);
+      d["nccl_version"] = version(v / 10000, (v / 100) % 100, v % 100);
     } else {
       d["nccl_version"] = py::none();
     }

@@ -110,7 +110,9 @@ algo::Reduction reduction(const char* op, const c10d::ReduceOp& reduceOp, DType 
       TORCH_CHECK(isFloating(dtype), "ringcoll::", op,
                   ": op PREMUL_SUM is not supported for dtype ", dtypeName(dtype),
                   " (floating dtypes only)");
-      auto* sup = dynamic_cast<c10d::PreMulSumSupplement*>(reduceOp.supplement_.get());
+      // NCCLPreMulSumSupplement: the class in torch 2.11, an alias of PreMulSumSupplement
+      // from 2.13 on; the name works on both.
+      auto* sup = dynamic_cast<c10d::NCCLPreMulSumSupplement*>(reduceOp.supplement_.get());
       TORCH_CHECK(sup != nullptr, "ringcoll::", op,
                   ": PREMUL_SUM without a factor (use dist._make_nccl_premul_sum)");
       red.op = RedOp::kSum;
