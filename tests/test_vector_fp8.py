@@ -66,7 +66,13 @@ def test_fp8_functors_all_pairs_of_patterns(dtype, op):
     b = pats.repeat(256)
     got = _C.cpu_reduce(a, b, op)
     want = _fp8_ref(a, b, op, dtype)
-    assert _same_fp8(got, want), f"{dtype} {op}: {(got.view(torch.uint8) != want.view(torch.uint8)).sum()} differ"
+    if op in ("min", "max"):
+        # min/max with a NaN operand, and which zero they pick, are unspecified
+        # (gloo and NCCL differ too); all other pairs must match by value.
+        ok = ~(torch.isnan(a.float()) | torch.isnan(b.float()))
+        assert torch.equal(got.float()[ok], want.float()[ok]), f"{dtype} {op}"
+    else:
+        assert _same_fp8(got, want), f"{dtype} {op}: {(got.view(torch.uint8) != want.view(torch.uint8)).sum()} differ"
 
 
 @pytest.mark.parametrize("dtype", FP8)

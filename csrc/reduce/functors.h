@@ -105,7 +105,8 @@ RC_HD BFloat16 floatToBf16(float f) {
 
 // 8-bit floats (OCP FP8, as torch.float8_e4m3fn / torch.float8_e5m2).
 //   e4m3fn: bias 7, 3 mantissa bits, no infinities, 0x7f/0xff is NaN, max 448;
-//           a value that rounds beyond 448 becomes NaN (torch's conversion).
+//           a value beyond 448 (infinity too) saturates to +-448, as torch's
+//           conversion does.
 //   e5m2:   bias 15, 2 mantissa bits, IEEE-like inf/NaN, max 57344; overflow is inf.
 // Conversions from float round to nearest even, like torch's.
 struct Float8E4M3 {
@@ -144,7 +145,9 @@ RC_HD uint8_t floatToMini(float f, bool ieeeSpecials) {
   const uint8_t expMax = static_cast<uint8_t>((1u << kExpBits) - 1u);
   const uint8_t nan = ieeeSpecials ? static_cast<uint8_t>((expMax << kMantBits) | 2u)
                                    : static_cast<uint8_t>(0x7fu);
-  const uint8_t overflow = ieeeSpecials ? static_cast<uint8_t>(expMax << kMantBits) : nan;
+  // e5m2 overflows to inf; e4m3fn, which has none, saturates to its largest finite.
+  const uint8_t overflow = ieeeSpecials ? static_cast<uint8_t>(expMax << kMantBits)
+                                        : static_cast<uint8_t>(0x7eu);
   if (ax > 0x7f800000u) return static_cast<uint8_t>(sign | nan);
   if (ax == 0x7f800000u) return static_cast<uint8_t>(sign | overflow);
   const float mag = bitsFloat(ax);
