@@ -224,14 +224,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
 c10::intrusive_ptr<c10d::Work> RingcollBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   const char* op = "all_gather_into_tensor";
+  checks::basePair(op, output, "output", input, "input", getSize());
   const DType dtype = checks::tensorDType(op, input, "input");
-  checks::tensorDType(op, output, "output");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "ringcoll::", op,
-              ": output has dtype ", output.scalar_type(), " but input has dtype ",
-              input.scalar_type());
-  checks::sameDevice(op, output, input);
-  checks::numelEquals(op, output, "output", input.numel() * getSize(),
-                      "world size x input numel");
   at::Tensor out = output;
   at::Tensor in = input;
   const int me = getRank();
@@ -251,16 +245,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
   const char* op = "allgather";
   at::Tensor in = checks::single(op, inputs, "input");
   const DType dtype = checks::tensorDType(op, in, "input");
-  TORCH_CHECK(outputs.size() == 1, "ringcoll::", op,
-              ": expected exactly 1 output list per call, got ", outputs.size());
-  std::vector<at::Tensor> outs = outputs[0];
-  TORCH_CHECK(static_cast<int>(outs.size()) == getSize(), "ringcoll::", op,
-              ": output list has ", outs.size(), " tensors but the group has ", getSize(),
-              " ranks");
-  for (size_t i = 0; i < outs.size(); ++i) {
-    checks::tensorDType(op, outs[i], "output");
-    checks::sameDTypeAndNumel(op, outs[i], c10::str("output tensor ", i), in, "the input");
-  }
+  std::vector<at::Tensor> outs =
+      checks::perRankList(op, outputs, "output", getSize(), in, "the input");
   const int me = getRank();
   return launch(c10d::OpType::ALLGATHER, op, {in}, outs, opTimeout(opts.timeout),
                 [this, outs, in, dtype, me](algo::Executor& ex) mutable {
@@ -278,14 +264,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
 c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor";
+  checks::basePair(op, input, "input", output, "output", getSize());
   const DType dtype = checks::tensorDType(op, input, "input");
-  checks::tensorDType(op, output, "output");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "ringcoll::", op,
-              ": output has dtype ", output.scalar_type(), " but input has dtype ",
-              input.scalar_type());
-  checks::sameDevice(op, output, input);
-  checks::numelEquals(op, input, "input", output.numel() * getSize(),
-                      "world size x output numel");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   at::Tensor out = output;
   at::Tensor in = input;
@@ -307,16 +287,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
   const char* op = "reduce_scatter";
   at::Tensor out = checks::single(op, outputs, "output");
   const DType dtype = checks::tensorDType(op, out, "output");
-  TORCH_CHECK(inputs.size() == 1, "ringcoll::", op,
-              ": expected exactly 1 input list per call, got ", inputs.size());
-  std::vector<at::Tensor> ins = inputs[0];
-  TORCH_CHECK(static_cast<int>(ins.size()) == getSize(), "ringcoll::", op,
-              ": input list has ", ins.size(), " tensors but the group has ", getSize(),
-              " ranks");
-  for (size_t i = 0; i < ins.size(); ++i) {
-    checks::tensorDType(op, ins[i], "input");
-    checks::sameDTypeAndNumel(op, ins[i], c10::str("input tensor ", i), out, "the output");
-  }
+  std::vector<at::Tensor> ins =
+      checks::perRankList(op, inputs, "input", getSize(), out, "the output");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   const int me = getRank();
   return launch(c10d::OpType::REDUCE_SCATTER, op, ins, {out}, opTimeout(opts.timeout),

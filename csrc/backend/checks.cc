@@ -78,17 +78,6 @@ void sameDTypeAndNumel(const char* op, const at::Tensor& t, const std::string& w
               t.device(), " but ", refWhat, " is on ", ref.device());
 }
 
-void sameDevice(const char* op, const at::Tensor& out, const at::Tensor& in) {
-  TORCH_CHECK(out.device() == in.device(), "ringcoll::", op, ": output is on ", out.device(),
-              " but input is on ", in.device());
-}
-
-void numelEquals(const char* op, const at::Tensor& t, const char* what, int64_t expected,
-                 const char* expectedWhat) {
-  TORCH_CHECK(t.numel() == expected, "ringcoll::", op, ": ", what, " has ", t.numel(),
-              " elements but must have ", expected, " (", expectedWhat, ")");
-}
-
 algo::Reduction reduction(const char* op, const c10d::ReduceOp& reduceOp, DType dtype) {
   algo::Reduction red;
   const auto type = reduceOp.op_;
@@ -133,6 +122,35 @@ algo::Reduction reduction(const char* op, const c10d::ReduceOp& reduceOp, DType 
   TORCH_CHECK(opSupported(red.op, dtype), "ringcoll::", op, ": op ", reduceOpName(type),
               " is not supported for dtype ", dtypeName(dtype));
   return red;
+}
+
+std::vector<at::Tensor> perRankList(const char* op, std::vector<std::vector<at::Tensor>>& lists,
+                                    const char* what, int size, const at::Tensor& ref,
+                                    const char* refWhat) {
+  TORCH_CHECK(lists.size() == 1, "ringcoll::", op, ": expected exactly 1 ", what,
+              " list per call, got ", lists.size());
+  std::vector<at::Tensor> list = lists[0];
+  TORCH_CHECK(static_cast<int>(list.size()) == size, "ringcoll::", op, ": ", what,
+              " list has ", list.size(), " tensors but the group has ", size, " ranks");
+  for (size_t i = 0; i < list.size(); ++i) {
+    tensorDType(op, list[i], what);
+    sameDTypeAndNumel(op, list[i], c10::str(what, " tensor ", i), ref, refWhat);
+  }
+  return list;
+}
+
+void basePair(const char* op, const at::Tensor& large, const char* largeWhat,
+              const at::Tensor& small, const char* smallWhat, int size) {
+  tensorDType(op, large, largeWhat);
+  tensorDType(op, small, smallWhat);
+  TORCH_CHECK(large.scalar_type() == small.scalar_type(), "ringcoll::", op, ": ", largeWhat,
+              " has dtype ", large.scalar_type(), " but ", smallWhat, " has dtype ",
+              small.scalar_type());
+  TORCH_CHECK(large.device() == small.device(), "ringcoll::", op, ": ", largeWhat, " is on ",
+              large.device(), " but ", smallWhat, " is on ", small.device());
+  TORCH_CHECK(large.numel() == small.numel() * size, "ringcoll::", op, ": ", largeWhat,
+              " has ", large.numel(), " elements but must have ", small.numel() * size,
+              " (world size x ", smallWhat, " numel)");
 }
 
 void rootInRange(const char* op, int64_t root, int size) {

@@ -24,13 +24,19 @@ DType tensorDType(const char* op, const at::Tensor& t, const char* what);
 void sameDTypeAndNumel(const char* op, const at::Tensor& t, const std::string& what,
                        const at::Tensor& ref, const char* refWhat);
 
-void sameDevice(const char* op, const at::Tensor& out, const at::Tensor& in);
-
-void numelEquals(const char* op, const at::Tensor& t, const char* what, int64_t expected,
-                 const char* expectedWhat);
-
 // Maps a c10d ReduceOp onto ringcoll's Reduction for dtype, or fails.
 algo::Reduction reduction(const char* op, const c10d::ReduceOp& reduceOp, DType dtype);
+
+// The single tensor list of a c10d list-of-lists argument (`what`: "input" or
+// "output"), checked to hold one tensor per rank, each like `ref`.
+std::vector<at::Tensor> perRankList(const char* op, std::vector<std::vector<at::Tensor>>& lists,
+                                    const char* what, int size, const at::Tensor& ref,
+                                    const char* refWhat);
+
+// A (large, small) pair of a *_base collective: same dtype and device, and
+// large.numel() == size x small.numel().
+void basePair(const char* op, const at::Tensor& large, const char* largeWhat,
+              const at::Tensor& small, const char* smallWhat, int size);
 
 void rootInRange(const char* op, int64_t root, int size);
 
