@@ -108,20 +108,23 @@ def write_plot(path, rows, title="") -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # One color per (collective, world size), one line style per backend: ringcoll
+    # solid, baselines dashed, so each pair to compare shares a color.
     lines = defaultdict(list)
     nprocs = sorted({r["nproc"] for r in rows})
     for r in rows:
         m = _best(r["oop"], r["ip"])
         if m is None or m["busbw"] <= 0:
             continue
-        label = f"{r['backend']} {r['collective']}" + (f" p={r['nproc']}" if len(nprocs) > 1 else "")
-        lines[label].append((r["size"], m["busbw"]))
+        lines[(r["collective"], r["nproc"], r["backend"])].append((r["size"], m["busbw"]))
+    keys = sorted({(c, p) for c, p, _ in lines})
+    colors = {k: plt.cm.tab10(i % 10) for i, k in enumerate(keys)}
     fig, ax = plt.subplots(figsize=(9, 5.5))
-    for label, pts in sorted(lines.items()):
+    for (coll, p, backend), pts in sorted(lines.items()):
         pts.sort()
-        style = "-" if label.startswith("ringcoll") else "--"
-        ax.plot([s for s, _ in pts], [b for _, b in pts], style, marker="o", markersize=3,
-                label=label)
+        label = f"{backend} {coll}" + (f" p={p}" if len(nprocs) > 1 else "")
+        ax.plot([s for s, _ in pts], [b for _, b in pts], "-" if backend == "ringcoll" else "--",
+                color=colors[(coll, p)], marker="o", markersize=3, label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("size (bytes)")
