@@ -1,5 +1,7 @@
 #include "backend/backend.h"
 
+#include <Python.h>
+
 #include <chrono>
 #include <cstdio>
 
@@ -51,10 +53,23 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
 }
 
 RingcollBackend::~RingcollBackend() {
-  worker_.reset();
+  // Joining the worker (and the CUDA watchdog) can wait on the GIL: their last
+  // references to user tensors may be Python-owned, and dropping those needs the
+  // GIL. destroy_process_group frees the backend with the GIL held, so release it
+  // while joining, or the two threads deadlock.
+  auto join = [this] {
+    worker_.reset();
 #ifdef RINGCOLL_WITH_CUDA
-  cuda_.reset();
+    cuda_.reset();
 #endif
+  };
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    Py_BEGIN_ALLOW_THREADS
+    join();
+    Py_END_ALLOW_THREADS
+  } else {
+    join();
+  }
 }
 
 std::chrono::milliseconds RingcollBackend::opTimeout(
