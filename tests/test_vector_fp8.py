@@ -72,6 +72,18 @@ def test_fp8_functors_all_pairs_of_patterns(dtype, op):
         ok = ~(torch.isnan(a.float()) | torch.isnan(b.float()))
         assert torch.equal(got.float()[ok], want.float()[ok]), f"{dtype} {op}"
     else:
+        # Overflow is ringcoll's own contract (e4m3fn saturates to +-448 as torch
+        # >= 2.13 converts; e5m2 goes to inf); older torch turned e4m3fn overflow
+        # into NaN, so those elements are checked against the contract, the rest
+        # bit for bit against torch.
+        exact = a.float() + b.float()
+        if dtype == torch.float8_e4m3fn:
+            over = exact.abs() >= 464  # rounds beyond 448
+            sat = torch.full_like(exact, 448.0).copysign(exact).to(dtype)
+            assert torch.equal(got[over & ~torch.isnan(exact)].view(torch.uint8),
+                               sat[over & ~torch.isnan(exact)].view(torch.uint8))
+            keep = ~over
+            got, want = got[keep], want[keep]
         assert _same_fp8(got, want), f"{dtype} {op}: {(got.view(torch.uint8) != want.view(torch.uint8)).sum()} differ"
 
 
