@@ -2,9 +2,8 @@
 
 Inputs are small integers chosen per (rank, index) so that every result is exact in
 every dtype whatever the reduction order (the nccl-tests idea): sums of at most 8
-ranks stay <= 40, products of values in {1, 2} stay <= 256 only for floats and
-int16+ (int8/uint8 use {1} mostly, see below), AVG inputs are multiples of p so the
-mean is an integer. Every rank can compute every other rank's input, so the
+ranks stay <= 40; PRODUCT inputs are 1 except a 2 at one rank in four (at most 4
+for p <= 8); AVG inputs are multiples of p so the mean is an integer. Every rank can compute every other rank's input, so the
 reference is computed locally in float64/int64 and compared bitwise.
 """
 

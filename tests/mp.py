@@ -116,3 +116,11 @@ def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
 
     return [torch.load(io.BytesIO(outcomes[r][1]), weights_only=False)
             for r in range(world_size)]
+
+
+def run_checks(world_size, fn, *args, label="", limit=40, **kwargs):
+    """run_world for an `fn` that returns a list of failure strings on each rank;
+    fails the test with every rank's failures (the first `limit`)."""
+    per_rank = run_world(world_size, fn, *args, **kwargs)
+    failures = [f"{label}rank {r}: {f}" for r, fs in enumerate(per_rank) for f in fs]
+    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:limit])

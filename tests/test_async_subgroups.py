@@ -49,9 +49,7 @@ def many_async(rank, p):
 
 
 def test_async_in_order():
-    per_rank = mp.run_world(3, many_async)
-    failures = [f"rank {r}: {f}" for r, fs in enumerate(per_rank) for f in fs]
-    assert not failures, "\n".join(failures)
+    mp.run_checks(3, many_async)
 
 
 def subgroups(rank, p):
@@ -88,9 +86,7 @@ def subgroups(rank, p):
 
 
 def test_subgroups_at_once():
-    per_rank = mp.run_world(4, subgroups)
-    failures = [f"rank {r}: {f}" for r, fs in enumerate(per_rank) for f in fs]
-    assert not failures, "\n".join(failures)
+    mp.run_checks(4, subgroups)
 
 
 def issue_example(rank, p):
@@ -120,6 +116,4 @@ def issue_example(rank, p):
 
 def test_issue_example_matches_gloo():
     for p in (1, 3):
-        per_rank = mp.run_world(p, issue_example)
-        failures = [f"p={p} rank {r}: {f}" for r, fs in enumerate(per_rank) for f in fs]
-        assert not failures, "\n".join(failures)
+        mp.run_checks(p, issue_example, label=f"p={p} ")

@@ -220,9 +220,7 @@ def gpu_matrix(rank, p):
 @multi_gpu
 def test_gpu_collectives_vs_nccl():
     p = min(NGPU, 8)
-    per_rank = mp.run_world(p, gpu_matrix, timeout=1800)
-    failures = [f"rank {r}: {x}" for r, fs in enumerate(per_rank) for x in fs]
-    assert not failures, "\n".join(failures[:40])
+    mp.run_checks(p, gpu_matrix, timeout=1800)
 
 
 def gpu_stress(rank, p):

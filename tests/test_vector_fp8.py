@@ -128,6 +128,4 @@ def fp8_allreduce(rank, p):
 
 
 def test_fp8_allreduce_cpu():
-    per_rank = mp.run_world(3, fp8_allreduce)
-    failures = [f"rank {r}: {f}" for r, fs in enumerate(per_rank) for f in fs]
-    assert not failures, "\n".join(failures)
+    mp.run_checks(3, fp8_allreduce)

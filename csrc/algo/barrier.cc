@@ -3,8 +3,6 @@
 // depends on every rank's entry: nobody leaves before everybody has arrived.
 #include "algo/collectives.h"
 
-#include <cstring>
-
 namespace ringcoll::algo {
 
 void barrier(Executor& ex, const Algorithm& algo, void* scratch) {

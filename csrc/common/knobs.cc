@@ -1,5 +1,6 @@
 #include "common/knobs.h"
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
