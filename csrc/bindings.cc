@@ -81,7 +81,26 @@ const std::map<std::string, ringcoll::RedOp>& opNames() {
   return ops;
 }
 
-at::Tensor cpuReduce(const at::Tensor& a, const at::Tensor& b, const std::string& opName) {
+// A contiguous tensor like `a` to reduce into: `given` itself (checked), or a new one.
+at::Tensor outputLike(const at::Tensor& a, const c10::optional<at::Tensor>& given,
+                      const char* what) {
+  if (!given.has_value()) return at::empty_like(a);
+  const at::Tensor& t = *given;
+  TORCH_CHECK(t.device().is_cpu() && t.is_contiguous() && t.scalar_type() == a.scalar_type() &&
+                  t.numel() == a.numel(),
+              "cpu_reduce: ", what, " must be a contiguous CPU tensor like a, got ",
+              t.scalar_type(), " numel ", t.numel(), " (a: ", a.scalar_type(), " numel ",
+              a.numel(), ")");
+  return t;
+}
+
+// out = op(a, b) with the CPU reducer (the shared functors), for functor tests
+// against torch's own arithmetic. Test-only arguments: `out` reduces into a given
+// tensor (out=a is the in-place case; views at any offset reach the unaligned
+// paths), `out2` runs reduce2 with a second destination.
+at::Tensor cpuReduce(const at::Tensor& a, const at::Tensor& b, const std::string& opName,
+                     const c10::optional<at::Tensor>& out,
+                     const c10::optional<at::Tensor>& out2) {
   auto it = opNames().find(opName);
   TORCH_CHECK(it != opNames().end(), "unknown op ", opName);
   const auto dtype = ringcoll::checks::tensorDType("cpu_reduce", a, "a");
@@ -89,11 +108,14 @@ at::Tensor cpuReduce(const at::Tensor& a, const at::Tensor& b, const std::string
               "cpu_reduce: a and b differ");
   TORCH_CHECK(ringcoll::opSupported(it->second, dtype), "cpu_reduce: op ", opName,
               " not supported for ", ringcoll::dtypeName(dtype));
+  // contiguous() returns the tensor itself when it already is, so out=a stays in place.
   at::Tensor ac = a.contiguous(), bc = b.contiguous();
-  at::Tensor out = at::empty_like(ac);
+  at::Tensor dst = outputLike(ac, out, "out");
+  void* dst2 = nullptr;
+  if (out2.has_value()) dst2 = outputLike(ac, out2, "out2").data_ptr();
   ringcoll::CpuReducer r;
-  r.reduce(out.data_ptr(), ac.data_ptr(), bc.data_ptr(), ac.numel(), dtype, it->second);
-  return out;
+  r.reduce2(dst.data_ptr(), dst2, ac.data_ptr(), bc.data_ptr(), ac.numel(), dtype, it->second);
+  return dst;
 }
 
 #ifdef RINGCOLL_WITH_CUDA
@@ -170,7 +192,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("schedule_steps", &scheduleSteps, py::arg("algo"), py::arg("collective"),
         py::arg("p"), py::arg("rank"), py::arg("pipeline_blocks") = 1, py::arg("root") = 0);
-  m.def("cpu_reduce", &cpuReduce);
+  m.def("cpu_reduce", &cpuReduce, py::arg("a"), py::arg("b"), py::arg("op"),
+        py::arg("out") = py::none(), py::arg("out2") = py::none());
 #ifdef RINGCOLL_WITH_CUDA
   m.def("cuda_reduce", &cudaReduce, py::arg("a"), py::arg("b"), py::arg("op"), py::arg("out"));
   m.def("cuda_scale", &cudaScale);

@@ -10,31 +10,58 @@ namespace ringcoll {
 
 namespace {
 // The same head / 16-byte packs / tail walk as the CUDA kernel (reduce/vector.h),
-// so the pack code path is exercised by CPU tests.
-template <typename T, typename Op>
-void reduceLoop(T* dst, const T* a, const T* b, size_t count) {
+// so the pack code path is exercised by CPU tests. With dst2 (kTwo) every value is
+// computed once and stored twice; the pack is reduced into a local first because
+// dst may alias a.
+template <typename T, typename Op, bool kTwo>
+void reduceLoop(T* dst, T* dst2, const T* a, const T* b, size_t count) {
   const VecSplit s = vectorSplit(reinterpret_cast<uintptr_t>(dst),
                                  reinterpret_cast<uintptr_t>(a),
                                  reinterpret_cast<uintptr_t>(b), count, sizeof(T));
-  for (size_t i = 0; i < s.head; ++i) dst[i] = applyOp<T, Op>(a[i], b[i]);
+  auto scalar = [&](size_t i) {
+    const T v = applyOp<T, Op>(a[i], b[i]);
+    dst[i] = v;
+    if constexpr (kTwo) dst2[i] = v;
+  };
+  for (size_t i = 0; i < s.head; ++i) scalar(i);
   auto* dp = reinterpret_cast<Pack16*>(dst + s.head);
   const auto* ap = reinterpret_cast<const Pack16*>(a + s.head);
   const auto* bp = reinterpret_cast<const Pack16*>(b + s.head);
-  for (size_t k = 0; k < s.packs; ++k) reducePack<T, Op>(dp[k], ap[k], bp[k]);
-  const size_t t0 = count - s.tail;
-  for (size_t i = t0; i < count; ++i) dst[i] = applyOp<T, Op>(a[i], b[i]);
+  char* d2 = reinterpret_cast<char*>(dst2 + s.head);  // may be unaligned: memcpy
+  for (size_t k = 0; k < s.packs; ++k) {
+    if constexpr (kTwo) {
+      Pack16 v;
+      reducePack<T, Op>(v, ap[k], bp[k]);
+      dp[k] = v;
+      std::memcpy(d2 + 16 * k, v.bytes, 16);
+    } else {
+      reducePack<T, Op>(dp[k], ap[k], bp[k]);
+    }
+  }
+  for (size_t i = count - s.tail; i < count; ++i) scalar(i);
 }
 }  // namespace
 
 void CpuReducer::reduce(void* dst, const void* a, const void* b, size_t count,
                         DType dtype, RedOp op) {
+  reduce2(dst, nullptr, a, b, count, dtype, op);
+}
+
+void CpuReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
+                         DType dtype, RedOp op) {
   if (count == 0) return;
   dispatchDType(dtype, [&](auto tag) {
     using T = decltype(tag);
     dispatchOp(op, [&](auto opTag) {
       using Op = decltype(opTag);
-      reduceLoop<T, Op>(static_cast<T*>(dst), static_cast<const T*>(a),
-                        static_cast<const T*>(b), count);
+      T* d = static_cast<T*>(dst);
+      const T* pa = static_cast<const T*>(a);
+      const T* pb = static_cast<const T*>(b);
+      if (dst2 == nullptr) {
+        reduceLoop<T, Op, false>(d, nullptr, pa, pb, count);
+      } else {
+        reduceLoop<T, Op, true>(d, static_cast<T*>(dst2), pa, pb, count);
+      }
     });
   });
 }
