@@ -94,13 +94,36 @@ at::Tensor outputLike(const at::Tensor& a, const c10::optional<at::Tensor>& give
   return t;
 }
 
-// out = op(a, b) with the CPU reducer (the shared functors), for functor tests
-// against torch's own arithmetic. Test-only arguments: `out` reduces into a given
-// tensor (out=a is the in-place case; views at any offset reach the unaligned
-// paths), `out2` runs reduce2 with a second destination.
+// The names of the SIMD levels this CPU and build run, narrowest first ("scalar"
+// is the functor loops; the last is what the backend uses).
+std::vector<std::string> cpuSimdLevels() {
+  std::vector<std::string> names;
+  for (ringcoll::SimdLevel l : ringcoll::kSimdLevels) {
+    if (ringcoll::simdLevelAvailable(l)) names.emplace_back(ringcoll::simdLevelName(l));
+  }
+  return names;
+}
+
+// A CPU reducer at the named level ("auto": the backend's choice).
+ringcoll::CpuReducer cpuReducerAt(const std::string& level) {
+  if (level == "auto") return ringcoll::CpuReducer();
+  for (ringcoll::SimdLevel l : ringcoll::kSimdLevels) {
+    if (level != ringcoll::simdLevelName(l)) continue;
+    TORCH_CHECK(ringcoll::simdLevelAvailable(l), "cpu_reduce: SIMD level ", level,
+                " is not available here (available: ", c10::Join(", ", cpuSimdLevels()), ")");
+    return ringcoll::CpuReducer(l);
+  }
+  TORCH_CHECK(false, "cpu_reduce: unknown SIMD level ", level);
+}
+
+// out = op(a, b) with the CPU reducer (the shared functors, or the SIMD kernels
+// that match them bit for bit), for functor tests against torch's own arithmetic.
+// Test-only arguments: `out` reduces into a given tensor (out=a is the in-place
+// case; views at any offset reach the unaligned paths), `out2` runs reduce2 with
+// a second destination, `level` picks the SIMD level ("scalar": the functors).
 at::Tensor cpuReduce(const at::Tensor& a, const at::Tensor& b, const std::string& opName,
                      const c10::optional<at::Tensor>& out,
-                     const c10::optional<at::Tensor>& out2) {
+                     const c10::optional<at::Tensor>& out2, const std::string& level) {
   auto it = opNames().find(opName);
   TORCH_CHECK(it != opNames().end(), "unknown op ", opName);
   const auto dtype = ringcoll::checks::tensorDType("cpu_reduce", a, "a");
@@ -113,7 +136,7 @@ at::Tensor cpuReduce(const at::Tensor& a, const at::Tensor& b, const std::string
   at::Tensor dst = outputLike(ac, out, "out");
   void* dst2 = nullptr;
   if (out2.has_value()) dst2 = outputLike(ac, out2, "out2").data_ptr();
-  ringcoll::CpuReducer r;
+  ringcoll::CpuReducer r = cpuReducerAt(level);
   r.reduce2(dst.data_ptr(), dst2, ac.data_ptr(), bc.data_ptr(), ac.numel(), dtype, it->second);
   return dst;
 }
@@ -193,7 +216,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("schedule_steps", &scheduleSteps, py::arg("algo"), py::arg("collective"),
         py::arg("p"), py::arg("rank"), py::arg("pipeline_blocks") = 1, py::arg("root") = 0);
   m.def("cpu_reduce", &cpuReduce, py::arg("a"), py::arg("b"), py::arg("op"),
-        py::arg("out") = py::none(), py::arg("out2") = py::none());
+        py::arg("out") = py::none(), py::arg("out2") = py::none(),
+        py::arg("level") = "auto");
+  m.def("cpu_simd_levels", &cpuSimdLevels);
 #ifdef RINGCOLL_WITH_CUDA
   m.def("cuda_reduce", &cudaReduce, py::arg("a"), py::arg("b"), py::arg("op"), py::arg("out"));
   m.def("cuda_scale", &cudaScale);

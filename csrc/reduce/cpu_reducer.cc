@@ -1,6 +1,10 @@
 // CPU loops over the shared functors. Plain loops the compiler vectorises for
-// float/int; the 16-bit float types go through Elem<T>'s float widening.
+// float/int; the 16-bit float types go through Elem<T>'s float widening. SUM on
+// float32/bfloat16/float16 goes to the SIMD kernels of the reducer's level
+// (cpu_simd.h), which give the same bits at memory speed.
 #include <cstring>
+
+#include "common/errors.h"
 
 #include "reduce/dispatch.h"
 #include "reduce/reducer.h"
@@ -42,6 +46,11 @@ void reduceLoop(T* dst, T* dst2, const T* a, const T* b, size_t count) {
 }
 }  // namespace
 
+CpuReducer::CpuReducer(SimdLevel level) : level_(level) {
+  RC_ASSERT(simdLevelAvailable(level), "SIMD level ", simdLevelName(level),
+            " is not available on this CPU or build");
+}
+
 void CpuReducer::reduce(void* dst, const void* a, const void* b, size_t count,
                         DType dtype, RedOp op) {
   reduce2(dst, nullptr, a, b, count, dtype, op);
@@ -50,6 +59,12 @@ void CpuReducer::reduce(void* dst, const void* a, const void* b, size_t count,
 void CpuReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
                          DType dtype, RedOp op) {
   if (count == 0) return;
+  if (op == RedOp::kSum) {
+    if (const SimdSumFn sum = simdSum(level_, dtype)) {
+      sum(dst, dst2, a, b, count);
+      return;
+    }
+  }
   dispatchDType(dtype, [&](auto tag) {
     using T = decltype(tag);
     dispatchOp(op, [&](auto opTag) {

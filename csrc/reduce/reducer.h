@@ -9,6 +9,7 @@
 
 #include <cstddef>
 
+#include "reduce/cpu_simd.h"
 #include "reduce/types.h"
 
 namespace ringcoll {
@@ -32,8 +33,15 @@ class Reducer {
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
 };
 
+// SUM on float32, bfloat16 and float16 runs the SIMD kernels of the reducer's
+// level (cpu_simd.h; bit-identical to the functors), everything else the functor
+// loops. The level is the widest this CPU runs unless a test names one.
 class CpuReducer final : public Reducer {
  public:
+  CpuReducer() : level_(bestSimdLevel()) {}
+  // `level` must be available (simdLevelAvailable); kScalar forces the functors.
+  explicit CpuReducer(SimdLevel level);
+  SimdLevel level() const { return level_; }
   void reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
               RedOp op) override;
   void reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
@@ -41,6 +49,9 @@ class CpuReducer final : public Reducer {
   void divide(void* buf, size_t count, DType dtype, int divisor) override;
   void multiply(void* buf, size_t count, DType dtype, double factor) override;
   void copy(void* dst, const void* src, size_t bytes) override;
+
+ private:
+  SimdLevel level_;
 };
 
 }  // namespace ringcoll
