@@ -54,6 +54,11 @@ def random_bits(n, dtype, seed):
     return raw.to(INT_VIEW[dtype]).view(dtype)
 
 
+def every_pattern(dtype):
+    """All 65536 values of a 16-bit dtype, in bit order."""
+    return torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
+
+
 def from_bits(values, dtype):
     v = torch.tensor(values, dtype=torch.int64)
     w = 32 if dtype == torch.float32 else 16
@@ -124,7 +129,7 @@ def test_auto_is_the_widest_level(dtype):
 @simd_levels
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=name)
 def test_every_16bit_pattern_against_partners(level, dtype):
-    every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
+    every = every_pattern(dtype)
     partners = torch.cat([from_bits(PARTNERS[dtype], dtype), random_bits(6, dtype, 3)])
     a = every.repeat(partners.numel())
     b = partners.repeat_interleave(every.numel())
@@ -141,7 +146,7 @@ def test_random_bit_patterns(level, dtype):
     check(level, a, b, f"{level} {name(dtype)} random bits")
     # Every 16-bit pattern against every other, in a random pairing.
     if dtype != torch.float32:
-        every = torch.arange(1 << 16, dtype=torch.int32).to(torch.int16).view(dtype)
+        every = every_pattern(dtype)
         perm = torch.randperm(1 << 16, generator=torch.Generator().manual_seed(12))
         check(level, every, every[perm], f"{level} {name(dtype)} permuted patterns")
 
@@ -283,3 +288,23 @@ def test_bad_destinations_are_refused():
         _C.cpu_reduce(x, x, "sum", out=torch.ones(5))
     with pytest.raises(RuntimeError, match="out2 must be"):
         _C.cpu_reduce(x, x, "sum", out2=torch.ones(4, dtype=torch.float64))
+
+
+@needs_simd
+@simd_levels
+@pytest.mark.parametrize("dtype", DTYPES, ids=name)
+def test_flush_denormal_mode(level, dtype):
+    # With FTZ/DAZ set (torch.set_flush_denormal) the float adds of both paths
+    # flush alike; the conversions are integer code or F16C, which ignore them.
+    if not torch.set_flush_denormal(True):
+        pytest.skip("this CPU has no flush-denormal mode")
+    try:
+        if dtype == torch.float32:
+            a, b = random_bits(1 << 18, dtype, 30), random_bits(1 << 18, dtype, 31)
+        else:
+            partners = from_bits(PARTNERS[dtype], dtype)
+            a = every_pattern(dtype).repeat(partners.numel())
+            b = partners.repeat_interleave(1 << 16)
+        check(level, a, b, f"{level} {name(dtype)} flush-denormal")
+    finally:
+        torch.set_flush_denormal(False)

@@ -1,11 +1,11 @@
 // AVX2 + F16C SUM kernels: 32-byte vectors, float arithmetic on 8 lanes. The
 // contract (bit-identical to applyOp<T, SumOp>) is cpu_simd.h's.
 //
-// Each step adds in float, then tests the sums for NaN: without one (the common
-// case) the plain conversion already gives the functor's bits; with one, the
-// step is redone exactly: a's NaN wins (addAFirst) and NaN lanes are converted
-// the way floatToBf16 / floatToHalf convert them (those fix-ups, not the branch,
-// are what makes NaN lanes bit-identical).
+// Each step adds in float, then tests for NaN: without one (the common case) the
+// plain add and conversion give the functor's bits; with one, the step is redone
+// with a's NaN winning (addAFirst) and, for float16, NaN lanes converted as
+// floatToHalf converts them. Those fix-ups, not the branch, are what makes NaN
+// lanes bit-identical; the branch only keeps them off the common path.
 #include "reduce/simd_kernels.h"
 
 #if RC_SIMD_X86
@@ -40,18 +40,14 @@ RC_SIMD_TARGET inline __m256 addAFirst(__m256 a, __m256 b) {
 
 // floatToBf16 with the bfloat16 left in the HIGH half of each 32-bit lane (the
 // low half is garbage): round to nearest even with an integer add, as the
-// functor does (vcvtneps2bf16 would flush subnormals). kNan: NaN lanes become
-// (bits >> 16) | 0x40, where the rounding add could carry into the exponent.
-template <bool kNan>
+// functor does (vcvtneps2bf16 would flush subnormals). NaN lanes need no
+// fix-up: a NaN sum of two widened bfloat16 is an input's NaN quieted or x86's
+// default NaN, both with the quiet bit set and zero low 16 bits, so the add
+// cannot carry and leaves (bits >> 16) | 0x40, the functor's NaN.
 RC_SIMD_TARGET inline __m256i bf16High(__m256 f) {
   const __m256i x = _mm256_castps_si256(f);
   const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
-  if constexpr (!kNan) return rounded;
-  const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
-                                         _mm256_set1_epi32(0x7f800000));
-  return _mm256_blendv_epi8(rounded, _mm256_or_si256(x, _mm256_set1_epi32(0x00400000)), nan);
+  return _mm256_add_epi32(x, _mm256_add_epi32(_mm256_set1_epi32(0x7fff), lsb));
 }
 
 // floatToHalf's NaN on 16 halves from vcvtps2ph: the instruction keeps the top
@@ -98,14 +94,11 @@ struct BFloat16Step {
     const __m256 ao = _mm256_castsi256_ps(_mm256_and_si256(va, high));
     const __m256 bo = _mm256_castsi256_ps(_mm256_and_si256(vb, high));
     __m256 se = _mm256_add_ps(ae, be), so = _mm256_add_ps(ao, bo);
-    __m256i re, ro;
-    if (__builtin_expect(!anyNan(se, so), 1)) {
-      re = bf16High<false>(se);
-      ro = bf16High<false>(so);
-    } else {
-      re = bf16High<true>(addAFirst(ae, be));
-      ro = bf16High<true>(addAFirst(ao, bo));
+    if (__builtin_expect(anyNan(se, so), 0)) {
+      se = addAFirst(ae, be);
+      so = addAFirst(ao, bo);
     }
+    const __m256i re = bf16High(se), ro = bf16High(so);
     store<kTwo>(dst, dst2, _mm256_or_si256(_mm256_srli_epi32(re, 16), _mm256_and_si256(ro, high)));
   }
 };
@@ -122,15 +115,15 @@ struct Float16Step {
   RC_SIMD_TARGET static void step(char* dst, char* dst2, const char* a, const char* b) {
     const __m256 alo = halfsToFloats(a), ahi = halfsToFloats(a + 16);
     const __m256 blo = halfsToFloats(b), bhi = halfsToFloats(b + 16);
-    const __m256 lo = _mm256_add_ps(alo, blo), hi = _mm256_add_ps(ahi, bhi);
-    constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    __m256i h;
-    if (__builtin_expect(!anyNan(lo, hi), 1)) {
-      h = _mm256_set_m128i(_mm256_cvtps_ph(hi, kRne), _mm256_cvtps_ph(lo, kRne));
-    } else {
-      h = canonicalHalfNan(_mm256_set_m128i(_mm256_cvtps_ph(addAFirst(ahi, bhi), kRne),
-                                            _mm256_cvtps_ph(addAFirst(alo, blo), kRne)));
+    __m256 lo = _mm256_add_ps(alo, blo), hi = _mm256_add_ps(ahi, bhi);
+    const bool nan = anyNan(lo, hi);
+    if (__builtin_expect(nan, 0)) {
+      lo = addAFirst(alo, blo);
+      hi = addAFirst(ahi, bhi);
     }
+    constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m256i h = _mm256_set_m128i(_mm256_cvtps_ph(hi, kRne), _mm256_cvtps_ph(lo, kRne));
+    if (__builtin_expect(nan, 0)) h = canonicalHalfNan(h);
     store<kTwo>(dst, dst2, h);
   }
 };

@@ -40,17 +40,11 @@ RC_SIMD_TARGET inline __m512 addAFirst(__m512 a, __m512 b) {
 }
 
 // floatToBf16 into the high half of each 32-bit lane, integer rounding
-// (vcvtneps2bf16 flushes subnormals); kNan: NaN lanes get (bits >> 16) | 0x40.
-template <bool kNan>
+// (vcvtneps2bf16 flushes subnormals); NaN lanes come out right unaided.
 RC_SIMD_TARGET inline __m512i bf16High(__m512 f) {
   const __m512i x = _mm512_castps_si512(f);
   const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(x, 16), _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
-  if constexpr (!kNan) return rounded;
-  const __mmask16 nan = _mm512_cmpgt_epi32_mask(
-      _mm512_and_si512(x, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-  return _mm512_mask_or_epi32(rounded, nan, x, _mm512_set1_epi32(0x00400000));
+  return _mm512_add_epi32(x, _mm512_add_epi32(_mm512_set1_epi32(0x7fff), lsb));
 }
 
 // vcvtps2ph keeps NaN payload bits; the functor's NaN is sign | 0x7e00.
@@ -91,15 +85,12 @@ struct BFloat16Step {
     const __m512 be = _mm512_castsi512_ps(_mm512_slli_epi32(vb, 16));
     const __m512 ao = _mm512_castsi512_ps(_mm512_and_si512(va, high));
     const __m512 bo = _mm512_castsi512_ps(_mm512_and_si512(vb, high));
-    const __m512 se = _mm512_add_ps(ae, be), so = _mm512_add_ps(ao, bo);
-    __m512i re, ro;
-    if (__builtin_expect(!anyNan(se, so), 1)) {
-      re = bf16High<false>(se);
-      ro = bf16High<false>(so);
-    } else {
-      re = bf16High<true>(addAFirst(ae, be));
-      ro = bf16High<true>(addAFirst(ao, bo));
+    __m512 se = _mm512_add_ps(ae, be), so = _mm512_add_ps(ao, bo);
+    if (__builtin_expect(anyNan(se, so), 0)) {
+      se = addAFirst(ae, be);
+      so = addAFirst(ao, bo);
     }
+    const __m512i re = bf16High(se), ro = bf16High(so);
     store<kTwo>(dst, dst2, _mm512_or_si512(_mm512_srli_epi32(re, 16), _mm512_and_si512(ro, high)));
   }
 };
@@ -114,17 +105,16 @@ struct Float16Step {
   RC_SIMD_TARGET static void step(char* dst, char* dst2, const char* a, const char* b) {
     const __m512 alo = halfsToFloats(a), ahi = halfsToFloats(a + 32);
     const __m512 blo = halfsToFloats(b), bhi = halfsToFloats(b + 32);
-    const __m512 lo = _mm512_add_ps(alo, blo), hi = _mm512_add_ps(ahi, bhi);
-    constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
-    __m512i h;
-    if (__builtin_expect(!anyNan(lo, hi), 1)) {
-      h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(lo, kRne)),
-                             _mm512_cvtps_ph(hi, kRne), 1);
-    } else {
-      h = canonicalHalfNan(
-          _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(addAFirst(alo, blo), kRne)),
-                             _mm512_cvtps_ph(addAFirst(ahi, bhi), kRne), 1));
+    __m512 lo = _mm512_add_ps(alo, blo), hi = _mm512_add_ps(ahi, bhi);
+    const bool nan = anyNan(lo, hi);
+    if (__builtin_expect(nan, 0)) {
+      lo = addAFirst(alo, blo);
+      hi = addAFirst(ahi, bhi);
     }
+    constexpr int kRne = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+    __m512i h = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtps_ph(lo, kRne)),
+                                   _mm512_cvtps_ph(hi, kRne), 1);
+    if (__builtin_expect(nan, 0)) h = canonicalHalfNan(h);
     store<kTwo>(dst, dst2, h);
   }
 };
