@@ -39,6 +39,12 @@ void CpuReducer::reduce(void* dst, const void* a, const void* b, size_t count,
   });
 }
 
+void CpuReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
+                         DType dtype, RedOp op) {
+  reduce(dst, a, b, count, dtype, op);
+  if (dst2 != nullptr) copy(dst2, dst, count * elementSize(dtype));
+}
+
 void CpuReducer::divide(void* buf, size_t count, DType dtype, int divisor) {
   dispatchDType(dtype, [&](auto tag) {
     using T = decltype(tag);

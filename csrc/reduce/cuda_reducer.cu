@@ -111,6 +111,12 @@ void CudaReducer::reduce(void* dst, const void* a, const void* b, size_t count, 
   RC_CUDA_CHECK(launchReduce(dst, a, b, count, dtype, op, stream_));
 }
 
+void CudaReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
+                          DType dtype, RedOp op) {
+  reduce(dst, a, b, count, dtype, op);
+  if (dst2 != nullptr) copy(dst2, dst, count * elementSize(dtype));
+}
+
 void CudaReducer::divide(void* buf, size_t count, DType dtype, int divisor) {
   RC_CUDA_CHECK(launchDivide(buf, count, dtype, divisor, stream_));
 }

@@ -24,6 +24,8 @@ class CudaReducer final : public Reducer {
   explicit CudaReducer(cudaStream_t stream) : stream_(stream) {}
   void reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
               RedOp op) override;
+  void reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
+               DType dtype, RedOp op) override;
   void divide(void* buf, size_t count, DType dtype, int divisor) override;
   void multiply(void* buf, size_t count, DType dtype, double factor) override;
   void copy(void* dst, const void* src, size_t bytes) override;

@@ -19,6 +19,11 @@ class Reducer {
   // dst[i] = op(a[i], b[i]).
   virtual void reduce(void* dst, const void* a, const void* b, size_t count,
                       DType dtype, RedOp op) = 0;
+  // dst[i] = op(a[i], b[i]) and, when dst2 != nullptr, also dst2[i] (the executor's
+  // receive-reduce-forward: the result goes in place and into the outgoing
+  // message). dst may alias a; dst2 aliases nothing.
+  virtual void reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
+                       DType dtype, RedOp op) = 0;
   // buf[i] = buf[i] / divisor (AVG's final step).
   virtual void divide(void* buf, size_t count, DType dtype, int divisor) = 0;
   // buf[i] = buf[i] * factor (PREMUL_SUM's first step).
@@ -31,6 +36,8 @@ class CpuReducer final : public Reducer {
  public:
   void reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
               RedOp op) override;
+  void reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
+               DType dtype, RedOp op) override;
   void divide(void* buf, size_t count, DType dtype, int divisor) override;
   void multiply(void* buf, size_t count, DType dtype, double factor) override;
   void copy(void* dst, const void* src, size_t bytes) override;
