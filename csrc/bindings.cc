@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "algo/plan.h"
 #include "algo/registry.h"
 #include "algo/schedule.h"
 #include "backend/backend.h"
@@ -30,42 +31,96 @@ namespace {
 
 using ringcoll::RingcollBackend;
 
+// The knobs, with the algorithm name checked against the registry.
+ringcoll::Knobs loadKnobs(const std::map<std::string, std::string>& overrides) {
+  try {
+    ringcoll::Knobs knobs = ringcoll::Knobs::load(overrides);
+    ringcoll::algo::findAlgorithm(knobs.algo);
+    return knobs;
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, "ringcoll: ", e.what());
+  }
+}
+
 c10::intrusive_ptr<c10d::Backend> createBackend(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeoutSeconds,
     const c10::intrusive_ptr<c10d::Backend>& p2p,
     const std::map<std::string, std::string>& overrides) {
-  ringcoll::Knobs knobs;
-  try {
-    knobs = ringcoll::Knobs::load(overrides);
-  } catch (const std::invalid_argument& e) {
-    TORCH_CHECK(false, "ringcoll: ", e.what());
-  }
+  const ringcoll::Knobs knobs = loadKnobs(overrides);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeoutSeconds * 1000));
   return c10::make_intrusive<RingcollBackend>(store, rank, size, timeout, p2p, knobs);
 }
 
-// Every step of one phase of a collective, for schedule tests:
-// [(send_peer, send_block, recv_peer, recv_block, "reduce"|"copy"), ...] per phase.
-std::vector<std::tuple<std::string, int, std::vector<std::tuple<int, int, int, int, std::string>>>>
-scheduleSteps(const std::string& algoName, const std::string& collective, int p, int rank,
-              int pipelineBlocks, int root) {
+ringcoll::algo::Schedule buildSchedule(const std::string& algoName,
+                                       const std::string& collective, int p, int rank,
+                                       size_t n, int root, const std::vector<int>& order) {
   const auto& algo = ringcoll::algo::findAlgorithm(algoName);
-  ringcoll::algo::Phases phases;
-  if (collective == "allreduce") phases = algo.allreduce(p);
-  else if (collective == "reduce_scatter") phases = algo.reduceScatter(p);
-  else if (collective == "allgather") phases = algo.allgather(p);
-  else if (collective == "broadcast") phases = algo.broadcast(p, root);
-  else TORCH_CHECK(false, "unknown collective ", collective);
-  std::vector<std::tuple<std::string, int, std::vector<std::tuple<int, int, int, int, std::string>>>> out;
-  for (const auto& ph : phases) {
-    const int blocks = ph->numBlocks(p, pipelineBlocks);
-    std::vector<std::tuple<int, int, int, int, std::string>> steps;
-    for (int s = 0; s < ph->numSteps(p, blocks); ++s) {
-      const auto st = ph->step(rank, p, blocks, s);
-      steps.emplace_back(st.send.peer, st.send.block, st.recv.peer, st.recv.block,
-                         st.action == ringcoll::algo::Action::kReduce ? "reduce" : "copy");
+  TORCH_CHECK(p >= 1 && rank >= 0 && rank < p, "rank ", rank, " of ", p);
+  ringcoll::algo::Params prm;
+  prm.rank = rank;
+  prm.size = p;
+  prm.n = n;
+  prm.root = root;
+  prm.order = order;
+  if (collective == "allreduce") return algo.allreduce(prm);
+  if (collective == "reduce_scatter") return algo.reduceScatter(prm);
+  if (collective == "allgather") return algo.allgather(prm);
+  if (collective == "broadcast") return algo.broadcast(prm);
+  TORCH_CHECK(false, "unknown collective ", collective,
+              " (allreduce, reduce_scatter, allgather, broadcast)");
+}
+
+const char* kindName(ringcoll::algo::Kind k) {
+  switch (k) {
+    case ringcoll::algo::Kind::kSend: return "send";
+    case ringcoll::algo::Kind::kRecvCopy: return "recv_copy";
+    case ringcoll::algo::Kind::kRecvReduce: return "recv_reduce";
+  }
+  return "?";
+}
+
+// One rank's schedule as plain data, for ringcoll.check and the schedule tests:
+// {"name", "result": (b, e), "steps": [{"transfers": [(kind, peer, b, e)],
+// "reduced": [(b, e)]}]}.
+py::dict scheduleDict(const std::string& algoName, const std::string& collective, int p,
+                      int rank, size_t n, int root, const std::vector<int>& order) {
+  const auto sched = buildSchedule(algoName, collective, p, rank, n, root, order);
+  py::list steps;
+  for (const auto& st : sched.steps) {
+    py::list transfers, reduced;
+    for (const auto& t : st.transfers) {
+      transfers.append(py::make_tuple(kindName(t.kind), t.peer, t.range.begin, t.range.end));
     }
-    out.emplace_back(ph->name(), ph->ownedBlockAfter(rank, p), std::move(steps));
+    for (const auto& r : st.reduced) reduced.append(py::make_tuple(r.begin, r.end));
+    py::dict d;
+    d["transfers"] = transfers;
+    d["reduced"] = reduced;
+    steps.append(d);
+  }
+  py::dict out;
+  out["name"] = sched.name;
+  out["result"] = py::make_tuple(sched.result.begin, sched.result.end);
+  out["steps"] = steps;
+  return out;
+}
+
+// The executor's plan of one rank's schedule, for the plan tests: a list of
+// (kind, peer, step, begin, count, deps, forward, local_live).
+py::list planOps(const std::string& algoName, const std::string& collective, int p, int rank,
+                 size_t n, size_t segElems, bool finish) {
+  using ringcoll::algo::OpKind;
+  const auto sched = buildSchedule(algoName, collective, p, rank, n, 0, {});
+  const auto plan = ringcoll::algo::compilePlan(sched, segElems, finish);
+  py::list out;
+  for (const auto& op : plan.ops) {
+    const char* kind = op.kind == OpKind::kSend ? "send"
+        : op.kind == OpKind::kRecvCopy          ? "recv_copy"
+        : op.kind == OpKind::kRecvReduce        ? "recv_reduce"
+                                                : "finish";
+    py::list deps;
+    for (uint32_t d = op.depBegin; d < op.depEnd; ++d) deps.append(plan.deps[d]);
+    out.append(py::make_tuple(kind, op.peer, op.step, op.begin, op.count, deps, op.forward,
+                              op.localLive));
   }
   return out;
 }
@@ -195,26 +250,32 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<RingcollBackend, c10d::Backend, c10::intrusive_ptr<RingcollBackend>>(
       m, "RingcollBackend")
       .def_property_readonly("knobs",
-                             [](const RingcollBackend& b) { return b.knobs().describe(); });
+                             [](const RingcollBackend& b) { return b.knobs().describe(); })
+      .def_property_readonly("links", &RingcollBackend::links,
+                             "The CPU transport of each peer's link (\"shm\", \"gloo\"; "
+                             "\"\" for this rank).");
 
   m.def("create_backend", &createBackend, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout_seconds"), py::arg("p2p"),
         py::arg("overrides") = std::map<std::string, std::string>{},
         py::call_guard<py::gil_scoped_release>());
   m.def("knobs", [](const std::map<std::string, std::string>& overrides) {
-    try {
-      return ringcoll::Knobs::load(overrides).describe();
-    } catch (const std::invalid_argument& e) {
-      TORCH_CHECK(false, "ringcoll: ", e.what());
-    }
+    return loadKnobs(overrides).describe();
   }, py::arg("overrides") = std::map<std::string, std::string>{});
   m.def("algorithms", &ringcoll::algo::algorithmNames);
   m.def("block_range", [](size_t n, int k, int i) {
     const auto r = ringcoll::algo::blockRange(n, k, i);
     return std::make_pair(r.begin, r.end);
   });
-  m.def("schedule_steps", &scheduleSteps, py::arg("algo"), py::arg("collective"),
-        py::arg("p"), py::arg("rank"), py::arg("pipeline_blocks") = 1, py::arg("root") = 0);
+  m.def("split", [](size_t begin, size_t end, int k, int i) {
+    const auto r = ringcoll::algo::split({begin, end}, k, i);
+    return std::make_pair(r.begin, r.end);
+  });
+  m.def("schedule", &scheduleDict, py::arg("algo"), py::arg("collective"), py::arg("p"),
+        py::arg("rank"), py::arg("n"), py::arg("root") = 0,
+        py::arg("order") = std::vector<int>{});
+  m.def("plan_ops", &planOps, py::arg("algo"), py::arg("collective"), py::arg("p"),
+        py::arg("rank"), py::arg("n"), py::arg("seg_elems"), py::arg("finish") = false);
   m.def("cpu_reduce", &cpuReduce, py::arg("a"), py::arg("b"), py::arg("op"),
         py::arg("out") = py::none(), py::arg("out2") = py::none(),
         py::arg("level") = "auto");

@@ -25,9 +25,9 @@ SUBSET = [torch.float32, torch.float16, torch.int32, torch.bool]
 
 
 def _groups():
-    """The default ringcoll group, plus one forcing 24-byte segments so the
+    """The default ringcoll group, plus one forcing 64-byte segments so the
     executor's multi-segment pipeline runs on small tensors."""
-    tiny = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(chunk_bytes=24))
+    tiny = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(chunk_bytes=64))
     return {"default": None, "tiny-segments": tiny}
 
 

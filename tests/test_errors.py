@@ -88,7 +88,8 @@ def test_bad_inputs_raise_on_every_rank():
     ({"RINGCOLL_ALGO": "nope"}, ["RINGCOLL_ALGO", "nope", "ring"]),
     ({"RINGCOLL_TRANSPORT": "carrier-pigeon"}, ["RINGCOLL_TRANSPORT", "carrier-pigeon", "gloo"]),
     ({"RINGCOLL_CHUNK_BYTES": "12abc"}, ["RINGCOLL_CHUNK_BYTES", "12abc"]),
-    ({"RINGCOLL_CHUNK_BYTES": "0"}, ["RINGCOLL_CHUNK_BYTES", "positive"]),
+    ({"RINGCOLL_CHUNK_BYTES": "0"}, ["RINGCOLL_CHUNK_BYTES", ">= 64"]),
+    ({"RINGCOLL_CHUNK_BYTES": "63"}, ["RINGCOLL_CHUNK_BYTES", "63", ">= 64"]),
     ({"RINGCOLL_DEBUG": "maybe"}, ["RINGCOLL_DEBUG", "maybe"]),
     ({"RINGCOLL_ALOG": "ring"}, ["unknown ringcoll knob RINGCOLL_ALOG", "RINGCOLL_ALGO"]),
 ])

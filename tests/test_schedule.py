@@ -1,302 +1,321 @@
-"""Pure tests of the schedules (csrc/algo/ring.cc), no processes, no transport.
+"""Pure tests of the schedules and of the executor's plan: no processes, no transport.
 
-The steps `_C.schedule_steps` reports for every rank are walked in lock-step: every
-rank's step s is computed from the state before step s (a send reads the sender's
-pre-step buffer), then all receives are applied. The data is symbolic: each element
-of each rank's buffer is a tuple of the ranks whose input it contains (a multiset),
-so a "reduce" receive concatenates tuples and a "copy" receive replaces one.
-
-For world sizes 1..16 (and element counts 0..3p+1, so empty blocks when n < p):
-  * block_range tiles [0, n) in order with sizes that differ by at most one;
-  * every step is consistent: each send is matched by the peer's receive of the
-    same block from this rank (and vice versa), no rank is written by two senders,
-    no rank sends and receives the same block, peers and blocks are in range;
-  * all-reduce: every element on every rank ends with each rank's contribution
-    exactly once (each chunk reduced exactly p times, nothing counted twice); after
-    phase 1 rank r reports and holds the fully reduced chunk (r + 1) mod p; phase 2
-    only ever forwards fully reduced chunks;
-  * reduce-scatter: rank r ends with chunk r fully reduced;
-  * all-gather: rank r starts with chunk r only; every rank ends with every chunk,
-    each from its owner, and nobody forwards a chunk before it has it;
-  * broadcast (every root, 1/2/5 pipeline blocks): every rank ends with the root's
-    blocks, each non-root rank receives each block exactly once, the root none.
+  * split: parts tile their range in order, sizes differ by at most one, and parts
+    of parts nest (what recursive halving needs);
+  * the generic checker (ringcoll.check) proves every registered algorithm's
+    all-reduce, reduce-scatter, all-gather and broadcast for world sizes 1..64, for
+    counts 0..3p+1 (sampled above p = 16), every broadcast root (sampled above
+    p = 16), and ring orders that group interleaved hosts;
+  * the checker itself fails on schedules broken in each way it looks for (a
+    checker that cannot fail proves nothing);
+  * the ring's shape: 2(p-1) steps of one send and one receive with its neighbours,
+    each rank sending 2(p-1)/p of the buffer;
+  * the plan: every two operations that touch the same elements and conflict are
+    ordered by a dependency chain; segments of one step depend only on the
+    segments they read (no barrier between steps); forwarding is planned where a
+    send carries what a receive-reduce just produced.
 """
 
 from __future__ import annotations
 
-from collections import Counter
+import copy
 
 import pytest
 
-from ringcoll import _C
+import ringcoll
+from ringcoll import _C, check
 
-WORLD = list(range(1, 17))
-ACTIONS = ("reduce", "copy")
-
-
-# --------------------------------------------------------------------------------
-# helpers
-
-
-def phases_of(collective, p, pipeline_blocks=1, root=0):
-    """[(name, owned[rank], steps[rank][s])] for one collective, all ranks."""
-    per_rank = [_C.schedule_steps("ring", collective, p, r, pipeline_blocks, root)
-                for r in range(p)]
-    nphases = len(per_rank[0])
-    assert all(len(ph) == nphases for ph in per_rank), f"{collective} p={p}: phase counts"
-    phases = []
-    for i in range(nphases):
-        names = {per_rank[r][i][0] for r in range(p)}
-        assert len(names) == 1, f"{collective} p={p}: phase {i} named {names}"
-        owned = [per_rank[r][i][1] for r in range(p)]
-        steps = [list(per_rank[r][i][2]) for r in range(p)]
-        phases.append((names.pop(), owned, steps))
-    return phases
-
-
-def check_steps(steps, p, k, where):
-    """Structural invariants of one phase's steps (all ranks, all steps)."""
-    nsteps = len(steps[0])
-    assert all(len(st) == nsteps for st in steps), f"{where}: ranks disagree on step count"
-    for s in range(nsteps):
-        writers = Counter()
-        for r in range(p):
-            sp, sb, rp, rb, action = steps[r][s]
-            at = f"{where} step {s} rank {r}"
-            assert action in ACTIONS, f"{at}: action {action!r}"
-            assert -1 <= sp < p and -1 <= rp < p, f"{at}: peers {sp}, {rp}"
-            assert sp != r and rp != r, f"{at}: transfer to itself"
-            if sp >= 0:
-                assert 0 <= sb < k, f"{at}: sends block {sb} of {k}"
-                psp, psb, prp, prb, _ = steps[sp][s]
-                assert prp == r and prb == sb, (
-                    f"{at}: sends block {sb} to {sp}, which receives block {prb} "
-                    f"from {prp}")
-                writers[sp] += 1
-            if rp >= 0:
-                assert 0 <= rb < k, f"{at}: receives block {rb} of {k}"
-                psp, psb, _, _, _ = steps[rp][s]
-                assert psp == r and psb == rb, (
-                    f"{at}: receives block {rb} from {rp}, which sends block {psb} "
-                    f"to {psp}")
-                assert not (sp >= 0 and sb == rb), f"{at}: sends and receives block {rb}"
-        assert all(c <= 1 for c in writers.values()), f"{where} step {s}: {writers}"
-
-
-def simulate(phases, p, n, k, init, on_send=None):
-    """Walks the phases over element-level symbolic buffers, in lock-step.
-
-    init[r][e] is a tuple (the multiset of contributions of element e on rank r).
-    on_send(phase_index, rank, block, contents) may check what a rank sends.
-    Returns (final buffers, [buffers after each phase])."""
-    buf = [list(b) for b in init]
-    after = []
-    for pi, (name, _, steps) in enumerate(phases):
-        where = f"{name} p={p} n={n}"
-        check_steps(steps, p, k, where)
-        ranges = [_C.block_range(n, k, i) for i in range(k)]
-        for s in range(len(steps[0])):
-            pre = [list(b) for b in buf]  # every send reads the pre-step state
-            for r in range(p):
-                sp, sb, rp, rb, action = steps[r][s]
-                if sp >= 0 and on_send is not None:
-                    lo, hi = ranges[sb]
-                    on_send(pi, r, sb, pre[r][lo:hi])
-                if rp < 0:
-                    continue
-                lo, hi = ranges[rb]
-                for e in range(lo, hi):
-                    if action == "reduce":
-                        overlap = set(buf[r][e]) & set(pre[rp][e])
-                        assert not overlap, (
-                            f"{where} step {s}: rank {r} reduces element {e} from {rp} "
-                            f"counting ranks {sorted(overlap)} twice")
-                        buf[r][e] = buf[r][e] + pre[rp][e]
-                    else:
-                        buf[r][e] = pre[rp][e]
-        after.append([list(b) for b in buf])
-    return buf, after
-
-
-def full(p):
-    return tuple(range(p))
-
-
-def is_full(t, p):
-    return tuple(sorted(t)) == full(p)
+WORLD = list(range(1, 17)) + [24, 31, 32, 48, 64]
+ALGOS = ringcoll.algorithms()
 
 
 def counts(p):
-    return range(0, 3 * p + 2)
+    if p <= 16:
+        return range(0, 3 * p + 2)
+    return sorted({0, 1, p - 1, p, p + 1, 2 * p + 3, 3 * p + 1})
+
+
+def roots(p):
+    return range(p) if p <= 16 else sorted({0, 1, p // 2, p - 1})
 
 
 # --------------------------------------------------------------------------------
-# block_range
+# split
 
 
-@pytest.mark.parametrize("p", WORLD)
-def test_block_range_tiles(p):
-    for n in counts(p):
-        ranges = [_C.block_range(n, p, i) for i in range(p)]
-        assert ranges[0][0] == 0 and ranges[-1][1] == n, (n, ranges)
-        for (_, end), (begin, _) in zip(ranges, ranges[1:]):
-            assert end == begin, (n, ranges)
-        sizes = [b - a for a, b in ranges]
-        assert all(sz >= 0 for sz in sizes), (n, ranges)
-        assert max(sizes) - min(sizes) <= 1, (n, sizes)
-        # The first n % p blocks are the larger ones.
-        assert sizes == [n // p + (1 if i < n % p else 0) for i in range(p)], (n, sizes)
+@pytest.mark.parametrize("n", [0, 1, 2, 5, 7, 16, 31, 100, 1001])
+def test_split_tiles_and_nests(n):
+    for k in range(1, 9):
+        parts = [_C.split(3, 3 + n, k, i) for i in range(k)]
+        assert parts[0][0] == 3 and parts[-1][1] == 3 + n
+        assert all(a[1] == b[0] for a, b in zip(parts, parts[1:]))
+        sizes = [e - b for b, e in parts]
+        assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)
+    # Halves of halves of halves: each level tiles the level above, and all parts at
+    # one depth differ in size by at most one.
+    level = [(0, n)]
+    for _ in range(4):
+        nxt = []
+        for b, e in level:
+            halves = [_C.split(b, e, 2, i) for i in range(2)]
+            assert halves[0][0] == b and halves[0][1] == halves[1][0] and halves[1][1] == e
+            nxt += halves
+        sizes = [e - b for b, e in nxt]
+        assert max(sizes) - min(sizes) <= 1, (n, nxt)
+        level = nxt
 
 
 def test_block_range_large_counts():
     n = (1 << 40) + 1  # beyond 32 bits; n % 7 == 3
     ranges = [_C.block_range(n, 7, i) for i in range(7)]
     assert ranges[0][0] == 0 and ranges[-1][1] == n
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
     assert [b - a for a, b in ranges] == [n // 7 + 1] * 3 + [n // 7] * 4
 
 
 # --------------------------------------------------------------------------------
-# all-reduce
+# every algorithm, every collective, through the generic checker
 
 
+@pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("p", WORLD)
-def test_allreduce_shape(p):
-    phases = phases_of("allreduce", p)
-    assert len(phases) == 2
-    (_, owned1, steps1), (_, owned2, steps2) = phases
-    # Bandwidth-optimal: p-1 steps per phase, one block sent per rank per step.
-    assert all(len(st) == p - 1 for st in steps1 + steps2)
-    assert all(x[4] == "reduce" and x[0] >= 0 and x[2] >= 0 for st in steps1 for x in st)
-    assert all(x[4] == "copy" and x[0] >= 0 and x[2] >= 0 for st in steps2 for x in st)
-    assert owned1 == [(r + 1) % p for r in range(p)]
-    assert owned2 == [-1] * p
-
-
-@pytest.mark.parametrize("p", WORLD)
-def test_allreduce_each_chunk_reduced_exactly_p_times(p):
-    phases = phases_of("allreduce", p)
-    owned1 = phases[0][1]
+def test_checker_proves_reductions(algo, p):
     for n in counts(p):
-        ranges = [_C.block_range(n, p, i) for i in range(p)]
+        check.check(algo, "allreduce", p, n)
+        if n % p == 0:
+            check.check(algo, "reduce_scatter", p, n)
 
-        def on_send(pi, r, block, contents, n=n):
-            if pi == 1:  # share-only: forward fully reduced chunks only
-                assert all(is_full(c, p) for c in contents), (
-                    f"p={p} n={n}: rank {r} forwards partial chunk {block}: {contents}")
 
-        init = [[(r,) for _ in range(n)] for r in range(p)]
-        buf, after = simulate(phases, p, n, p, init, on_send)
-        # After share-reduce rank r holds the fully reduced chunk (r + 1) mod p, and
-        # that chunk only: every other chunk is still missing someone.
-        for r in range(p):
-            lo, hi = ranges[owned1[r]]
-            for e in range(lo, hi):
-                assert is_full(after[0][r][e], p), f"p={p} n={n} rank {r} element {e}"
-            if p > 1:
-                for e in range(n):
-                    if not lo <= e < hi:
-                        assert not is_full(after[0][r][e], p), \
-                            f"p={p} n={n} rank {r} element {e} reduced early"
-        for r in range(p):
-            for e in range(n):
-                assert is_full(buf[r][e], p), \
-                    f"p={p} n={n} rank {r} element {e}: {Counter(buf[r][e])}"
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("p", WORLD)
+def test_checker_proves_copies(algo, p):
+    for n in counts(p):
+        if n % p == 0:
+            check.check(algo, "allgather", p, n)
+    for root in roots(p):
+        for n in sorted({0, 1, p + 1, 3 * p + 1}):
+            check.check(algo, "broadcast", p, n, root=root)
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+@pytest.mark.parametrize("order", [[0, 2, 1, 3], [1, 3, 5, 0, 2, 4], [0, 4, 1, 5, 2, 6, 3, 7],
+                                   [5, 4, 3, 2, 1, 0]])
+def test_checker_proves_host_orders(algo, order):
+    p = len(order)
+    for n in sorted({0, 1, p - 1, p + 1, 3 * p + 1, 4 * p}):
+        check.check(algo, "allreduce", p, n, order=order)
+        for root in (0, p - 1):
+            check.check(algo, "broadcast", p, n, root=root, order=order)
+    for m in (0, 1, 3):
+        check.check(algo, "reduce_scatter", p, p * m, order=order)
+        check.check(algo, "allgather", p, p * m, order=order)
 
 
 # --------------------------------------------------------------------------------
-# reduce-scatter
+# the checker fails on broken schedules
 
 
-@pytest.mark.parametrize("p", WORLD)
-def test_reduce_scatter_rank_r_owns_chunk_r(p):
-    phases = phases_of("reduce_scatter", p)
-    assert len(phases) == 1
-    _, owned, steps = phases[0]
-    assert owned == list(range(p))
-    assert all(len(st) == p - 1 for st in steps)
-    assert all(x[4] == "reduce" for st in steps for x in st)
-    for n in counts(p):
-        init = [[(r,) for _ in range(n)] for r in range(p)]
-        buf, _ = simulate(phases, p, n, p, init)
-        for r in range(p):
-            lo, hi = _C.block_range(n, p, r)
-            for e in range(lo, hi):
-                assert is_full(buf[r][e], p), \
-                    f"p={p} n={n} rank {r} element {e}: {Counter(buf[r][e])}"
+def _broken(collective, p, n, mutate, root=0):
+    scheds = check.schedules("ring", collective, p, n, root)
+    scheds = copy.deepcopy(scheds)
+    mutate(scheds)
+    return scheds
 
 
-# --------------------------------------------------------------------------------
-# all-gather
+def _first(scheds, rank, kind):
+    for s, step in enumerate(scheds[rank]["steps"]):
+        for i, t in enumerate(step["transfers"]):
+            if t[0] == kind:
+                return s, i
+    raise AssertionError("no such transfer")
 
 
-@pytest.mark.parametrize("p", WORLD)
-def test_allgather_everyone_gets_every_chunk(p):
-    phases = phases_of("allgather", p)
-    assert len(phases) == 1
-    _, _, steps = phases[0]
-    assert all(len(st) == p - 1 for st in steps)
-    assert all(x[4] == "copy" for st in steps for x in st)
-    for n in counts(p):
-
-        def on_send(pi, r, block, contents, n=n):
-            assert all(c == (block,) for c in contents), (
-                f"p={p} n={n}: rank {r} sends chunk {block} before it has it: {contents}")
-
-        init = []
-        for r in range(p):
-            lo, hi = _C.block_range(n, p, r)
-            init.append([(r,) if lo <= e < hi else () for e in range(n)])
-        buf, _ = simulate(phases, p, n, p, init, on_send)
-        for r in range(p):
-            for owner in range(p):
-                lo, hi = _C.block_range(n, p, owner)
-                for e in range(lo, hi):
-                    assert buf[r][e] == (owner,), \
-                        f"p={p} n={n} rank {r} chunk {owner} element {e}: {buf[r][e]}"
-        # Each rank receives every chunk but its own exactly once.
-        for r in range(p):
-            got = sorted(x[3] for x in steps[r] if x[2] >= 0)
-            assert got == [b for b in range(p) if b != r], f"p={p} rank {r}: {got}"
+def _set(scheds, rank, s, i, **kw):
+    kind, peer, b, e = scheds[rank]["steps"][s]["transfers"][i]
+    t = dict(kind=kind, peer=peer, b=b, e=e)
+    t.update(kw)
+    scheds[rank]["steps"][s]["transfers"][i] = (t["kind"], t["peer"], t["b"], t["e"])
 
 
-# --------------------------------------------------------------------------------
-# broadcast
+def _drop_reduce(sc):
+    s, i = _first(sc, 1, "recv_reduce")
+    sc[1]["steps"][s]["transfers"][i] = ("recv_copy",) + tuple(sc[1]["steps"][s]["transfers"][i][1:])
 
 
-@pytest.mark.parametrize("p", WORLD)
-@pytest.mark.parametrize("blocks", [1, 2, 5])
-def test_broadcast_chain(p, blocks):
-    for root in range(p):
-        phases = phases_of("broadcast", p, blocks, root)
-        assert len(phases) == 1
-        _, _, steps = phases[0]
-        # Pipelined: block j reaches the last rank at step j + p - 2.
-        assert all(len(st) == (blocks + p - 2 if p > 1 else 0) for st in steps)
-        assert all(x[4] == "copy" for st in steps for x in st)
-        for r in range(p):
-            got = sorted(x[3] for x in steps[r] if x[2] >= 0)
-            assert got == ([] if r == root else list(range(blocks))), \
-                f"p={p} B={blocks} root={root} rank {r} receives {got}"
-            sent = [x[1] for x in steps[r] if x[0] >= 0]
-            assert len(sent) == len(set(sent)), f"rank {r} sends a block twice: {sent}"
-        for n in (0, 1, blocks - 1, blocks, 3 * blocks + 1):
+def _drop_pair(sc):
+    s, i = _first(sc, 0, "send")
+    peer = sc[0]["steps"][s]["transfers"][i][1]
+    del sc[0]["steps"][s]["transfers"][i]
+    j = next(j for j, t in enumerate(sc[peer]["steps"][s]["transfers"])
+             if t[0] != "send" and t[1] == 0)
+    del sc[peer]["steps"][s]["transfers"][j]
 
-            def on_send(pi, r, block, contents, n=n, root=root):
-                assert all(c == ("root",) for c in contents), (
-                    f"p={p} B={blocks} root={root} n={n}: rank {r} forwards block "
-                    f"{block} before it has it")
 
-            init = [[("root",) if r == root else () for _ in range(n)] for r in range(p)]
-            buf, _ = simulate(phases, p, n, blocks, init, on_send)
-            for r in range(p):
-                assert all(c == ("root",) for c in buf[r]), \
-                    f"p={p} B={blocks} root={root} n={n} rank {r}: {buf[r]}"
+def _unpaired(sc):
+    s, i = _first(sc, 0, "send")
+    del sc[0]["steps"][s]["transfers"][i]
+
+
+def _mark_twice(sc):
+    last = [st for st in sc[0]["steps"] if st["reduced"]][0]
+    last["reduced"].append(last["reduced"][0])
+
+
+def _mark_early(sc):
+    sc[0]["steps"][0]["reduced"].append((0, 1))
+
+
+def _shift_range(sc):
+    # rank 1 reduces what rank 0 sends (chunk 0) into chunk 2: sizes match, no overlap
+    # in the step, but every element lands on the wrong position.
+    s, i = _first(sc, 1, "recv_reduce")
+    _set(sc, 1, s, i, b=6, e=9)
+
+
+def _write_what_is_sent(sc):
+    s, i = _first(sc, 1, "send")
+    j = next(j for j, t in enumerate(sc[1]["steps"][s]["transfers"]) if t[0] != "send")
+    _, peer, b, e = sc[1]["steps"][s]["transfers"][i]
+    _set(sc, 1, s, j, b=b, e=e)
+
+
+def _self_peer(sc):
+    s, i = _first(sc, 1, "send")
+    _set(sc, 1, s, i, peer=1)
+
+
+def _wrong_result(sc):
+    sc[0]["result"] = (0, 2)
+
+
+@pytest.mark.parametrize("collective, mutate, fragment", [
+    ("allreduce", _drop_reduce, "ranks"),
+    ("allreduce", _drop_pair, "but it holds ranks"),
+    ("allreduce", _unpaired, "receives sizes"),
+    ("allreduce", _mark_twice, "a second time"),
+    ("allreduce", _mark_early, "marks element 0 reduced"),
+    ("allreduce", _shift_range, "reduces position 0 from rank 0 into position 6"),
+    ("allreduce", _write_what_is_sent, "is written while"),
+    ("allreduce", _self_peer, "with peer 1"),
+    ("reduce_scatter", _wrong_result, "is not block 0"),
+    ("allgather", _drop_pair, "before it holds all of it"),
+])
+def test_checker_catches(collective, mutate, fragment):
+    p, n = 4, 12
+    scheds = _broken(collective, p, n, mutate)
+    with pytest.raises(check.ScheduleError) as err:
+        check.check_schedules(scheds, collective, p, n)
+    assert fragment in str(err.value), str(err.value)
+
+
+def test_checker_catches_a_chain_that_skips_a_rank():
+    p, n = 4, 5
+
+    def skip(sc):  # rank 1 forwards to rank 3 instead of rank 2
+        s, i = _first(sc, 1, "send")
+        _set(sc, 1, s, i, peer=3)
+    scheds = _broken("broadcast", p, n, skip)
+    with pytest.raises(check.ScheduleError):
+        check.check_schedules(scheds, "broadcast", p, n)
 
 
 def test_unknown_algorithm_and_collective_are_refused():
     with pytest.raises(Exception, match="unknown algorithm 'nope'"):
-        _C.schedule_steps("nope", "allreduce", 2, 0)
+        _C.schedule("nope", "allreduce", 2, 0, 4)
     with pytest.raises(Exception, match="unknown collective"):
-        _C.schedule_steps("ring", "alltoall", 2, 0)
-    assert "ring" in _C.algorithms()
+        _C.schedule("ring", "alltoall", 2, 0, 4)
+    assert "ring" in ALGOS
+
+
+# --------------------------------------------------------------------------------
+# the ring's shape
+
+
+@pytest.mark.parametrize("p", [2, 3, 5, 8])
+def test_ring_allreduce_is_bandwidth_optimal(p):
+    n = 10 * p + 3
+    for r in range(p):
+        steps = _C.schedule("ring", "allreduce", p, r, n)["steps"]
+        assert len(steps) == 2 * (p - 1)
+        sizes = []
+        for s, st in enumerate(steps):
+            kinds = sorted(t[0] for t in st["transfers"])
+            assert kinds == sorted(["send", "recv_reduce" if s < p - 1 else "recv_copy"])
+            for kind, peer, b, e in st["transfers"]:
+                assert peer == ((r + 1) % p if kind == "send" else (r - 1) % p)
+                if kind == "send":
+                    sizes.append(e - b)
+        # One chunk of about n/p per step: 2(p-1)/p of the buffer in all.
+        assert all(n // p <= sz <= n // p + 1 for sz in sizes)
+        assert len(sizes) == 2 * (p - 1)
+
+
+# --------------------------------------------------------------------------------
+# the plan
+
+
+def _reads(kind):
+    return kind != "recv_copy"
+
+
+def _writes(kind):
+    return kind != "send"
+
+
+@pytest.mark.parametrize("collective, p, n, seg", [
+    ("allreduce", 2, 9, 2), ("allreduce", 3, 20, 3), ("allreduce", 4, 37, 4),
+    ("allreduce", 5, 5, 1), ("reduce_scatter", 4, 32, 3), ("allgather", 3, 21, 2),
+    ("broadcast", 4, 23, 5), ("allreduce", 6, 200, 7),
+])
+def test_plan_orders_every_conflict(collective, p, n, seg):
+    for rank in range(p):
+        ops = _C.plan_ops("ring", collective, p, rank, n, seg, finish=True)
+        reach = []  # transitive dependencies of each op
+        for i, (kind, peer, step, b, cnt, deps, fwd, live) in enumerate(ops):
+            assert all(d < i for d in deps), f"op {i} depends on a later op"
+            assert cnt <= seg and cnt > 0
+            r = set(deps)
+            for d in deps:
+                r |= reach[d]
+            reach.append(r)
+            for j in range(i):
+                kj, _, _, bj, cj, _, _, _ = ops[j]
+                overlap = bj < b + cnt and b < bj + cj
+                conflict = overlap and (_writes(kind) or _writes(kj))
+                if conflict:
+                    assert j in reach[i], (
+                        f"rank {rank}: op {i} ({kind} [{b},{b+cnt})) not ordered after op "
+                        f"{j} ({kj} [{bj},{bj+cj}))")
+
+
+def test_plan_has_no_barrier_between_steps():
+    # p = 3, 2 segments per chunk: the first segment of step 1's send depends on the
+    # first segment of step 0's receive only, not on the second.
+    ops = _C.plan_ops("ring", "allreduce", 3, 0, 12, 2)
+    step1_sends = [i for i, o in enumerate(ops) if o[0] == "send" and o[2] == 1]
+    first = ops[step1_sends[0]]
+    dep_ops = [ops[d] for d in first[5]]
+    assert len(dep_ops) == 1 and dep_ops[0][0] == "recv_reduce" and dep_ops[0][2] == 0
+    assert dep_ops[0][3] == first[3] and dep_ops[0][4] == first[4]
+
+
+def test_plan_forwards_reductions():
+    # p = 4 all-reduce: the receive-reduces of steps 0 and 1 feed the sends of the next
+    # step and are overwritten later: forwarded, no in-place result needed. The last
+    # reduce (the owned chunk) feeds the all-gather and is part of the result.
+    ops = _C.plan_ops("ring", "allreduce", 4, 0, 16, 4)
+    reduces = [o for o in ops if o[0] == "recv_reduce"]
+    assert [o[6] >= 0 for o in reduces] == [True, True, True]
+    assert [o[7] for o in reduces] == [False, False, True]
+    for o in reduces:
+        fwd = ops[o[6]]
+        assert fwd[0] == "send" and fwd[3] == o[3] and fwd[4] == o[4]
+    # With AVG's finishing pass the owned chunk's send waits for the division, so that
+    # reduce is not forwarded.
+    ops = _C.plan_ops("ring", "allreduce", 4, 0, 16, 4, finish=True)
+    reduces = [o for o in ops if o[0] == "recv_reduce"]
+    assert [o[6] >= 0 for o in reduces] == [True, True, False]
+    # reduce-scatter: only rank r's chunk is the result; every forwarded reduce is dead
+    # in place.
+    ops = _C.plan_ops("ring", "reduce_scatter", 4, 0, 16, 4)
+    reduces = [o for o in ops if o[0] == "recv_reduce"]
+    assert [(o[6] >= 0, o[7]) for o in reduces] == [(True, False), (True, False), (False, True)]

@@ -1,16 +1,18 @@
-// all-gather = the algorithm's copying phases, rank r starting with block r.
+// all-gather = the algorithm's all-gather schedule, rank r starting with block r.
 #include "algo/collectives.h"
 
 #include "common/errors.h"
 
 namespace ringcoll::algo {
 
-void allgather(Executor& ex, const Algorithm& algo, void* buf, size_t n, DType dtype) {
-  const int p = ex.size();
-  RC_ASSERT(n % static_cast<size_t>(p) == 0, "all-gather buffer ", n,
-            " not a multiple of ", p);
-  // The op is unused: copying phases never reduce.
-  for (const auto& phase : algo.allgather(p)) ex.run(*phase, buf, n, dtype, RedOp::kSum);
+Job allgather(const Algorithm& algo, const Params& prm, void* buf, DType dtype) {
+  RC_ASSERT(prm.n % static_cast<size_t>(prm.size) == 0, "all-gather buffer ", prm.n,
+            " not a multiple of ", prm.size);
+  Job job;
+  job.schedule = algo.allgather(prm);
+  job.buf = buf;
+  job.dtype = dtype;  // copies only: no op
+  return job;
 }
 
 }  // namespace ringcoll::algo

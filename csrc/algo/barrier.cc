@@ -5,12 +5,15 @@
 
 namespace ringcoll::algo {
 
-void barrier(Executor& ex, const Algorithm& algo, void* scratch) {
-  const int p = ex.size();
-  if (p == 1) return;
-  Reduction red;
-  red.op = RedOp::kBor;
-  allreduce(ex, algo, scratch, static_cast<size_t>(p), DType::kUInt8, red);
+Job barrier(const Algorithm& algo, const Params& prm, void* scratch) {
+  Params bytes = prm;
+  bytes.n = static_cast<size_t>(prm.size);
+  Job job;
+  job.schedule = algo.allreduce(bytes);
+  job.buf = scratch;
+  job.dtype = DType::kUInt8;
+  job.op = RedOp::kBor;
+  return job;
 }
 
 }  // namespace ringcoll::algo

@@ -1,15 +1,15 @@
-// broadcast = the algorithm's broadcast phases over the buffer as bytes: the
-// chain pipelines blocks of at most one segment each along the ring.
+// broadcast = the algorithm's broadcast schedule over the buffer as bytes (the
+// chain: the whole buffer flows along the ring, pipelined segment by segment).
 #include "algo/collectives.h"
 
 namespace ringcoll::algo {
 
-void broadcast(Executor& ex, const Algorithm& algo, void* buf, size_t bytes, int root) {
-  const int p = ex.size();
-  if (p == 1) return;
-  for (const auto& phase : algo.broadcast(p, root)) {
-    ex.run(*phase, buf, bytes, DType::kUInt8, RedOp::kSum);
-  }
+Job broadcast(const Algorithm& algo, const Params& prm, void* buf) {
+  Job job;
+  job.schedule = algo.broadcast(prm);
+  job.buf = buf;
+  job.dtype = DType::kUInt8;
+  return job;
 }
 
 }  // namespace ringcoll::algo

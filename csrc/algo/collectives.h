@@ -1,16 +1,19 @@
-// The collectives, each in its own file, written once over (Executor, Algorithm)
-// and raw memory. They know no torch and no transport; the backend calls them on
-// its worker with validated arguments.
+// The collectives, each in its own file: each turns a call into the Job the
+// executor runs (algo/executor.h), a schedule from the algorithm over one buffer.
+// They know no torch and no transport; the backend calls them with validated
+// arguments and runs the job.
 //
-// Reductions beyond the element ops: AVG is SUM followed by a division of the
-// reduced result by p; PREMUL_SUM multiplies the local input by the factor and then
-// SUMs. So transports and kernels only ever see RedOp.
+// Reductions beyond the element ops: AVG is SUM whose complete result is divided by
+// p where the schedule marks it complete (once per element, before it is shared);
+// PREMUL_SUM multiplies the local input by the factor and then SUMs. So transports
+// and kernels only ever see RedOp.
 #pragma once
 
 #include <cstddef>
 
 #include "algo/executor.h"
 #include "algo/registry.h"
+#include "reduce/reducer.h"
 #include "reduce/types.h"
 
 namespace ringcoll::algo {
@@ -22,24 +25,25 @@ struct Reduction {
   double premulFactor = 1.0;
 };
 
-// In place on buf (n elements): every rank ends with the reduction of all inputs.
-void allreduce(Executor& ex, const Algorithm& algo, void* buf, size_t n, DType dtype,
-               const Reduction& red);
+// In place on buf (prm.n elements): every rank ends with the reduction of all
+// inputs. PREMUL_SUM's scaling of buf is done before this returns.
+Job allreduce(const Algorithm& algo, const Params& prm, void* buf, DType dtype,
+              const Reduction& red, Reducer& reducer);
 
-// buf holds p * m elements (this rank's full input, clobbered). Afterwards block r
-// of buf (elements [r*m, (r+1)*m)) holds the reduction of block r of all inputs.
-void reduceScatter(Executor& ex, const Algorithm& algo, void* buf, size_t n,
-                   DType dtype, const Reduction& red);
+// buf holds p * m elements (this rank's full input, clobbered). Afterwards
+// job.schedule.result (block r) holds the reduction of block r of all inputs.
+Job reduceScatter(const Algorithm& algo, const Params& prm, void* buf, DType dtype,
+                  const Reduction& red, Reducer& reducer);
 
 // buf holds p * m elements, block r filled by rank r; afterwards all blocks are
 // filled on every rank.
-void allgather(Executor& ex, const Algorithm& algo, void* buf, size_t n, DType dtype);
+Job allgather(const Algorithm& algo, const Params& prm, void* buf, DType dtype);
 
-// The root's `bytes` bytes of buf reach every rank.
-void broadcast(Executor& ex, const Algorithm& algo, void* buf, size_t bytes, int root);
+// The root's prm.n bytes of buf reach every rank.
+Job broadcast(const Algorithm& algo, const Params& prm, void* buf);
 
-// Returns on no rank before every rank has entered. scratch: p bytes of the
-// executor's device memory.
-void barrier(Executor& ex, const Algorithm& algo, void* scratch);
+// Completes on no rank before every rank has entered. scratch: p zeroed bytes of
+// the executor's device memory; prm.n is ignored.
+Job barrier(const Algorithm& algo, const Params& prm, void* scratch);
 
 }  // namespace ringcoll::algo

@@ -1,79 +1,281 @@
 #include "algo/executor.h"
 
 #include <algorithm>
-#include <memory>
 
 #include "common/errors.h"
 
 namespace ringcoll::algo {
 
-namespace {
-size_t ceilDiv(size_t a, size_t b) { return (a + b - 1) / b; }
-
-// Segment k of a block: at most segElems elements, possibly empty.
-Range segmentOf(Range block, size_t segElems, size_t k) {
-  const size_t begin = std::min(block.end, block.begin + k * segElems);
-  const size_t end = std::min(block.end, begin + segElems);
-  return Range{begin, end};
+Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t segElems)
+    : transport_(transport),
+      reducer_(reducer),
+      job_(std::move(job)),
+      elemSize_(elementSize(job_.dtype)),
+      plan_(compilePlan(job_.schedule, segElems, job_.divideBy > 0)),
+      state_(plan_.ops.size(), 0),
+      chan_(plan_.channels.size()),
+      remaining_(plan_.ops.size()),
+      lastMove_(Clock::now()) {
+  for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
+    // Every earlier collective's sends completed before it did, so the transport's
+    // count of completed sends restarts from here for this one.
+    chan_[ci].transportBase = transport_.sendsDone(plan_.channels[ci].peer);
+  }
 }
-}  // namespace
 
-Executor::Executor(Transport& transport, Reducer& reducer, Staging staging,
-                   size_t segmentBytes)
-    : transport_(transport), reducer_(reducer), staging_(staging),
-      segmentBytes_(segmentBytes) {
-  RC_ASSERT(segmentBytes_ > 0);
-  RC_ASSERT(staging_.bytes >= 2 * segmentBytes_, "staging ", staging_.bytes,
-            " < 2 x segment ", segmentBytes_);
+bool Execution::ready(const PlanOp& op) const {
+  for (uint32_t d = op.depBegin; d < op.depEnd; ++d) {
+    if (state_[plan_.deps[d]] != 2) return false;
+  }
+  return true;
+}
+
+char* Execution::at(const PlanOp& op) const {
+  return static_cast<char*>(job_.buf) + op.begin * elemSize_;
+}
+
+size_t Execution::bytes(const PlanOp& op) const { return op.count * elemSize_; }
+
+void Execution::setDone(uint32_t i) {
+  state_[i] = 2;
+  --remaining_;
+}
+
+void Execution::blocked(int peer, const PlanOp& op, const char* what) {
+  if (waitPeer_ >= 0) return;  // keep the first thing this pass waited for
+  waitPeer_ = peer;
+  waitStep_ = op.step;
+  waitWhat_ = what;
+}
+
+std::string Execution::waitingWhat() const {
+  if (waitPeer_ < 0) return "its peers";
+  return RC_STR(waitWhat_, " rank ", waitPeer_, " (step ", waitStep_, " of ",
+                job_.schedule.name, ")");
+}
+
+bool Execution::postSends(Channel& c, size_t ci) {
+  ChannelState& cs = chan_[ci];
+  bool moved = false;
+  while (cs.sendNext < c.sends.size()) {
+    const uint32_t i = c.sends[cs.sendNext];
+    const PlanOp& op = plan_.ops[i];
+    if (!ready(op)) break;
+    if (!transport_.trySend(c.peer, at(op), bytes(op))) {
+      blocked(c.peer, op, "room for a message at");
+      break;
+    }
+    state_[i] = 1;
+    ++cs.sendNext;
+    moved = true;
+  }
+  return moved;
+}
+
+bool Execution::postRecvs(Channel& c, size_t ci) {
+  ChannelState& cs = chan_[ci];
+  bool moved = false;
+  while (cs.recvPosted < c.recvs.size()) {
+    const PlanOp& op = plan_.ops[c.recvs[cs.recvPosted]];
+    // A copy may land in place once nothing still reads or writes its elements.
+    void* dst = op.kind == OpKind::kRecvCopy && ready(op) ? at(op) : nullptr;
+    if (!transport_.tryPostRecv(c.peer, dst, bytes(op))) break;
+    ++cs.recvPosted;
+    moved = true;
+  }
+  return moved;
+}
+
+bool Execution::consumeRecvs(Channel& c, size_t ci) {
+  ChannelState& cs = chan_[ci];
+  bool moved = false;
+  while (cs.recvConsumed < cs.recvPosted) {
+    const uint32_t i = c.recvs[cs.recvConsumed];
+    const PlanOp& op = plan_.ops[i];
+    if (!ready(op)) break;
+    const void* view = transport_.recvView(c.peer);
+    if (view == nullptr) {
+      blocked(c.peer, op, "a message from");
+      break;
+    }
+    consume(op, view);
+    transport_.releaseRecv(c.peer);
+    setDone(i);
+    ++cs.recvConsumed;
+    moved = true;
+  }
+  return moved;
+}
+
+// Copies or reduces one arrived segment into place (or into the next message).
+void Execution::consume(const PlanOp& op, const void* view) {
+  char* local = at(op);
+  const size_t nb = bytes(op);
+  if (op.kind == OpKind::kRecvCopy) {
+    if (view != local) reducer_.copy(local, view, nb);
+    return;
+  }
+  // Forward: write the reduction into the next message to the forward's peer,
+  // when that send is next in its channel and the transport has a slot for it.
+  void* out = nullptr;
+  size_t fci = 0;
+  if (op.forward >= 0) {
+    const int fpeer = plan_.ops[op.forward].peer;
+    while (plan_.channels[fci].peer != fpeer) ++fci;
+    const Channel& fc = plan_.channels[fci];
+    if (transport_.copiesSends(fpeer) && chan_[fci].sendNext < fc.sends.size() &&
+        fc.sends[chan_[fci].sendNext] == static_cast<uint32_t>(op.forward)) {
+      out = transport_.sendSlot(fpeer, nb);
+    }
+  }
+  if (out == nullptr) {
+    reducer_.reduce(local, local, view, op.count, job_.dtype, job_.op);
+    return;
+  }
+  reducer_.reduce2(op.localLive ? local : out, op.localLive ? out : nullptr, local, view,
+                   op.count, job_.dtype, job_.op);
+  transport_.commitSlot(plan_.channels[fci].peer, nb);
+  state_[op.forward] = 1;
+  ++chan_[fci].sendNext;
+}
+
+bool Execution::runFinishes() {
+  bool moved = false;
+  for (auto& i : plan_.finishes) {
+    if (state_[i] == 2 || !ready(plan_.ops[i])) continue;
+    if (transport_.streamOrdered()) transport_.fence();
+    reducer_.divide(at(plan_.ops[i]), plan_.ops[i].count, job_.dtype, job_.divideBy);
+    setDone(i);
+    moved = true;
+  }
+  return moved;
+}
+
+void Execution::collectSends(Channel& c, size_t ci) {
+  ChannelState& cs = chan_[ci];
+  if (cs.sendComplete == cs.sendNext) return;
+  const uint64_t done = transport_.sendsDone(c.peer) - cs.transportBase;
+  while (cs.sendComplete < cs.sendNext && cs.sendComplete < done) {
+    setDone(c.sends[cs.sendComplete]);
+    ++cs.sendComplete;
+  }
+}
+
+bool Execution::progressWaves() {
+  const auto& waves = plan_.waves;
+  // Post the next wave, at most one ahead of the consumed ones, once every transfer
+  // in it is ready: one batch, the same on every rank.
+  if (wavePosted_ < waves.size() && wavePosted_ <= waveConsumed_ + 1) {
+    const auto& w = waves[wavePosted_];
+    bool ready = true;
+    for (uint32_t i : w) ready = ready && this->ready(plan_.ops[i]);
+    if (ready) {
+      for (uint32_t i : w) {
+        const PlanOp& op = plan_.ops[i];
+        const bool posted = op.kind == OpKind::kSend
+            ? transport_.trySend(op.peer, at(op), bytes(op))
+            : transport_.tryPostRecv(op.peer, op.kind == OpKind::kRecvCopy ? at(op) : nullptr,
+                                     bytes(op));
+        RC_ASSERT(posted, "a stream-ordered transport refused a post");
+        state_[i] = 1;
+      }
+      transport_.flush();
+      // Done once enqueued: whatever later writes these elements is ordered after the
+      // batch on the device.
+      for (uint32_t i : w) {
+        if (plan_.ops[i].kind == OpKind::kSend) setDone(i);
+      }
+      ++wavePosted_;
+      return true;
+    }
+  }
+  if (waveConsumed_ < wavePosted_) {
+    for (uint32_t i : waves[waveConsumed_]) {
+      const PlanOp& op = plan_.ops[i];
+      if (op.kind == OpKind::kSend) continue;
+      const void* view = transport_.recvView(op.peer);
+      RC_ASSERT(view != nullptr, "a stream-ordered transport has no view of a posted receive");
+      consume(op, view);
+      transport_.releaseRecv(op.peer);
+      setDone(i);
+    }
+    ++waveConsumed_;
+    return true;
+  }
+  return runFinishes();
+}
+
+bool Execution::progress() {
+  const size_t before = remaining_;
+  waitPeer_ = -1;
+  if (transport_.streamOrdered()) {
+    const bool moved = progressWaves() || remaining_ != before;
+    if (moved) lastMove_ = Clock::now();
+    return moved;
+  }
+  bool moved = false;
+  for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
+    moved |= postSends(plan_.channels[ci], ci);
+  }
+  for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
+    moved |= postRecvs(plan_.channels[ci], ci);
+  }
+  transport_.flush();
+  for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
+    moved |= consumeRecvs(plan_.channels[ci], ci);
+  }
+  moved |= runFinishes();
+  for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
+    collectSends(plan_.channels[ci], ci);
+  }
+  moved |= remaining_ != before;
+  if (moved) lastMove_ = Clock::now();
+  return moved;
+}
+
+Executor::Executor(Transport& transport, Reducer& reducer, size_t chunkBytes)
+    : transport_(transport), reducer_(reducer), chunkBytes_(chunkBytes) {
+  RC_ASSERT(chunkBytes_ >= 64, "chunk of ", chunkBytes_, " bytes");
 }
 
 size_t Executor::segmentElems(DType dtype) const {
-  return std::max<size_t>(1, segmentBytes_ / elementSize(dtype));
+  return chunkBytes_ / elementSize(dtype);
 }
 
-int Executor::run(const Phase& phase, void* buf, size_t n, DType dtype, RedOp op) {
-  const int p = size();
-  const int me = rank();
-  const size_t es = elementSize(dtype);
-  const size_t segElems = segmentElems(dtype);
-  const int blocks = phase.numBlocks(p, static_cast<int>(std::min<size_t>(
-                                            ceilDiv(std::max<size_t>(n, 1), segElems), 1 << 20)));
-  const int steps = phase.numSteps(p, blocks);
-  char* base = static_cast<char*>(buf);
-  char* stage[2] = {static_cast<char*>(staging_.ptr),
-                    static_cast<char*>(staging_.ptr) + segmentBytes_};
+std::unique_ptr<Execution> Executor::start(Job job) {
+  const size_t seg = segmentElems(job.dtype);
+  return std::make_unique<Execution>(transport_, reducer_, std::move(job), seg);
+}
 
-  for (int s = 0; s < steps; ++s) {
-    const Step st = phase.step(me, p, blocks, s);
-    const Range sendBlock = st.send.active() ? blockRange(n, blocks, st.send.block) : Range{};
-    const Range recvBlock = st.recv.active() ? blockRange(n, blocks, st.recv.block) : Range{};
-    const bool reduce = st.action == Action::kReduce;
-    const size_t segs = std::max(ceilDiv(sendBlock.size(), segElems),
-                                 ceilDiv(recvBlock.size(), segElems));
-    // Segment k is started before segment k-1 is reduced, so the transfer of one
-    // overlaps the arithmetic on the other; a reduced segment lands in staging
-    // slot k % 2, a copied one directly in place.
-    auto startSegment = [&](size_t k) {
-      const Range sr = segmentOf(sendBlock, segElems, k);
-      const Range rr = segmentOf(recvBlock, segElems, k);
-      void* recvPtr = reduce ? stage[k % 2] : base + rr.begin * es;
-      return transport_.start(sr.size() ? st.send.peer : -1, base + sr.begin * es,
-                              sr.size() * es, rr.size() ? st.recv.peer : -1, recvPtr,
-                              rr.size() * es);
-    };
-    std::unique_ptr<Transport::Pending> next = segs ? startSegment(0) : nullptr;
-    for (size_t k = 0; k < segs; ++k) {
-      std::unique_ptr<Transport::Pending> cur = std::move(next);
-      if (k + 1 < segs) next = startSegment(k + 1);
-      cur->wait();
-      const Range rr = segmentOf(recvBlock, segElems, k);
-      if (reduce && rr.size()) {
-        void* dst = base + rr.begin * es;
-        reducer_.reduce(dst, dst, stage[k % 2], rr.size(), dtype, op);
-      }
+bool Executor::drive(Execution& ex, Clock::time_point until,
+                     std::chrono::milliseconds timeout) {
+  for (;;) {
+    // The token is taken before looking, so whatever arrives after the look wakes
+    // the idle wait below.
+    const uint32_t token = transport_.idleToken();
+    const bool moved = ex.progress();
+    if (ex.done()) {
+      waitingFor_.store(-1, std::memory_order_relaxed);
+      return true;
     }
+    if (moved) continue;
+    waitingFor_.store(ex.waitingPeer(), std::memory_order_relaxed);
+    const auto now = Clock::now();
+    const auto deadline = ex.lastMove() + timeout;
+    if (now >= deadline) {
+      throw PeerError(ex.waitingPeer(),
+                      RC_STR("timed out after ", timeout.count(), " ms waiting for ",
+                             ex.waitingWhat()),
+                      /*timedOut=*/true);
+    }
+    if (now >= until) return false;
+    transport_.idle(token, std::min(deadline, until));
   }
-  return blocks;
+}
+
+void Executor::run(Job job, std::chrono::milliseconds timeout) {
+  auto ex = start(std::move(job));
+  drive(*ex, Clock::time_point::max(), timeout);
 }
 
 }  // namespace ringcoll::algo

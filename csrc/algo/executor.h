@@ -1,10 +1,35 @@
-// The executor walks a schedule (algo/schedule.h) over one buffer, calling only the
-// transport's start/wait and the reducer. It knows how bytes are addressed (block
-// ranges, segments, the staging area) but not how they move.
+// The executor runs a Job (a schedule over one buffer) through the transport and
+// the reducer. It knows how elements are addressed and in what order operations
+// may run (algo/plan.h), but not how bytes move.
+//
+// An Execution is one collective in progress. progress() does everything that can
+// be done now without blocking: posts the sends whose elements are ready, announces
+// receives, consumes arrived messages (copies them in place, or reduces them in
+// place reading the transport's receive view directly, or reduces them straight into
+// the next outgoing message), runs finishing passes (AVG's division). drive()
+// alternates progress() with the transport's idle() until the job is done. Because
+// an Execution keeps all its state, one thread may start it and another finish it
+// (the backend runs small collectives on the caller's thread and hands them to its
+// worker if a peer is late).
+//
+// On a stream-ordered transport (NCCL) progress() posts in waves instead
+// (algo/plan.h): all transfers of wave w in one batch once every one of them is
+// ready, then it consumes wave w-1 while wave w is in flight, so every rank's
+// batches pair with its peers' and the reduction of one segment overlaps the
+// transfer of the next; a finishing pass is fenced after all posted transfers.
+//
+// Timeout: a collective fails with PeerError when it makes no progress for the
+// group's timeout; the error names the peer it was waiting for and what for.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
 
+#include "algo/plan.h"
 #include "algo/schedule.h"
 #include "reduce/reducer.h"
 #include "reduce/types.h"
@@ -12,36 +37,96 @@
 
 namespace ringcoll::algo {
 
-// Device memory the executor may use to receive blocks that are reduced: two
-// segments, so segment k+1 is in flight while segment k is reduced.
-struct Staging {
-  void* ptr = nullptr;
-  size_t bytes = 0;
+struct Job {
+  Schedule schedule;
+  void* buf = nullptr;  // schedule.steps address elements of this buffer
+  DType dtype = DType::kUInt8;
+  RedOp op = RedOp::kSum;  // for receive-reduce transfers
+  int divideBy = 0;        // > 0: divide where the schedule marks elements reduced
+};
+
+class Execution {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Execution(Transport& transport, Reducer& reducer, Job job, size_t segElems);
+
+  // One pass over everything that can move; true if anything did.
+  bool progress();
+  bool done() const { return remaining_ == 0; }
+  // The peer this execution waits for (-1 if none known) and what for.
+  int waitingPeer() const { return waitPeer_; }
+  std::string waitingWhat() const;
+  Clock::time_point lastMove() const { return lastMove_; }
+  const Schedule& schedule() const { return job_.schedule; }
+
+ private:
+  bool ready(const PlanOp& op) const;
+  char* at(const PlanOp& op) const;
+  size_t bytes(const PlanOp& op) const;
+  bool postSends(Channel& c, size_t ci);
+  bool postRecvs(Channel& c, size_t ci);
+  bool consumeRecvs(Channel& c, size_t ci);
+  bool runFinishes();
+  bool progressWaves();
+  void consume(const PlanOp& op, const void* view);
+  void collectSends(Channel& c, size_t ci);
+  void blocked(int peer, const PlanOp& op, const char* what);
+  void setDone(uint32_t i);
+
+  struct ChannelState {
+    size_t sendNext = 0;       // sends posted (in channel order)
+    size_t sendComplete = 0;   // sends whose source is free again
+    size_t recvPosted = 0;     // receives announced
+    size_t recvConsumed = 0;   // receives consumed
+    uint64_t transportBase = 0;  // transport's sendsDone() when this job started
+  };
+
+  Transport& transport_;
+  Reducer& reducer_;
+  Job job_;
+  size_t elemSize_;
+  Plan plan_;
+  std::vector<uint8_t> state_;  // per op: 0 waiting, 1 posted, 2 done
+  std::vector<ChannelState> chan_;
+  size_t remaining_;
+  size_t wavePosted_ = 0;    // stream-ordered: waves posted
+  size_t waveConsumed_ = 0;  // stream-ordered: waves consumed
+  Clock::time_point lastMove_;
+  int waitPeer_ = -1;
+  int waitStep_ = -1;
+  const char* waitWhat_ = "";
 };
 
 class Executor {
  public:
-  // segmentBytes: the largest single transfer (RINGCOLL_CHUNK_BYTES); staging must
-  // hold 2 * segmentBytes.
-  Executor(Transport& transport, Reducer& reducer, Staging staging, size_t segmentBytes);
+  using Clock = std::chrono::steady_clock;
 
+  // chunkBytes: the largest single message (RINGCOLL_CHUNK_BYTES, at least 64); a
+  // segment is the whole number of elements that fits in it.
+  Executor(Transport& transport, Reducer& reducer, size_t chunkBytes);
+
+  Transport& transport() { return transport_; }
+  Reducer& reducer() { return reducer_; }
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }
-  Reducer& reducer() { return reducer_; }
-
-  // Elements per segment for this dtype (at least one).
   size_t segmentElems(DType dtype) const;
 
-  // Runs every step of `phase` in place on `buf` (n elements of dtype). For a
-  // reducing phase, received data is combined into the local block with `op`.
-  // Returns the number of blocks the phase split the buffer into.
-  int run(const Phase& phase, void* buf, size_t n, DType dtype, RedOp op);
+  std::unique_ptr<Execution> start(Job job);
+  // Runs ex until it is done (true) or `until` passes (false). Throws PeerError
+  // when it made no progress for `timeout`.
+  bool drive(Execution& ex, Clock::time_point until, std::chrono::milliseconds timeout);
+  void run(Job job, std::chrono::milliseconds timeout);
+
+  // The peer the execution being driven waits for, -1 if none: lets a Work that
+  // timed out on another thread say whom the collective was waiting for.
+  int waitingFor() const { return waitingFor_.load(std::memory_order_relaxed); }
 
  private:
   Transport& transport_;
   Reducer& reducer_;
-  Staging staging_;
-  size_t segmentBytes_;
+  size_t chunkBytes_;
+  std::atomic<int> waitingFor_{-1};
 };
 
 }  // namespace ringcoll::algo

@@ -1,22 +1,25 @@
-// reduce-scatter = the algorithm's reducing phases with rank r owning block r.
+// reduce-scatter = the algorithm's reduce-scatter schedule; rank r keeps block r.
 #include "algo/collectives.h"
 
 #include "common/errors.h"
 
 namespace ringcoll::algo {
 
-void reduceScatter(Executor& ex, const Algorithm& algo, void* buf, size_t n,
-                   DType dtype, const Reduction& red) {
-  const int p = ex.size();
-  RC_ASSERT(n % static_cast<size_t>(p) == 0, "reduce-scatter buffer ", n,
-            " not a multiple of ", p);
-  if (red.premul) ex.reducer().multiply(buf, n, dtype, red.premulFactor);
-  for (const auto& phase : algo.reduceScatter(p)) ex.run(*phase, buf, n, dtype, red.op);
-  if (red.average) {
-    const Range r = blockRange(n, p, ex.rank());
-    ex.reducer().divide(static_cast<char*>(buf) + r.begin * elementSize(dtype), r.size(),
-                        dtype, p);
-  }
+Job reduceScatter(const Algorithm& algo, const Params& prm, void* buf, DType dtype,
+                  const Reduction& red, Reducer& reducer) {
+  RC_ASSERT(prm.n % static_cast<size_t>(prm.size) == 0, "reduce-scatter buffer ", prm.n,
+            " not a multiple of ", prm.size);
+  if (red.premul) reducer.multiply(buf, prm.n, dtype, red.premulFactor);
+  Job job;
+  job.schedule = algo.reduceScatter(prm);
+  RC_ASSERT(job.schedule.result == blockRange(prm.n, prm.size, prm.rank),
+            job.schedule.name, " leaves rank ", prm.rank, " a result other than block ",
+            prm.rank);
+  job.buf = buf;
+  job.dtype = dtype;
+  job.op = red.op;
+  job.divideBy = red.average ? prm.size : 0;
+  return job;
 }
 
 }  // namespace ringcoll::algo

@@ -1,27 +1,20 @@
 #include "algo/registry.h"
 
+#include <stdexcept>
+
 #include "algo/ring.h"
 #include "common/errors.h"
 
 namespace ringcoll::algo {
 
 namespace {
-template <typename... Ps>
-Phases phases(Ps... ps) {
-  Phases out;
-  (out.push_back(std::make_unique<Ps>(ps)), ...);
-  return out;
-}
-
 const std::vector<Algorithm>& registry() {
   static const std::vector<Algorithm> algorithms = {
       {"ring",
        "ring: reduce-scatter (share-reduce) then all-gather (share-only); chain "
        "broadcast",
-       [](int) { return phases(RingReduceScatter(1), RingAllGather(1)); },
-       [](int) { return phases(RingReduceScatter(0)); },
-       [](int) { return phases(RingAllGather(0)); },
-       [](int, int root) { return phases(ChainBroadcast(root)); }},
+       ringAllReduce, [](const Params& prm) { return ringReduceScatter(prm, 0); },
+       [](const Params& prm) { return ringAllGather(prm, 0); }, chainBroadcast},
   };
   return algorithms;
 }

@@ -1,10 +1,18 @@
-// The algorithm registry: RINGCOLL_ALGO names one entry. An algorithm says which
-// phases make up each collective; the executor runs them. Adding an algorithm is a
-// schedule file (a Phase subclass) and one entry in registry.cc.
+// The algorithm registry: RINGCOLL_ALGO names one entry. An algorithm gives, for
+// each collective it provides, a function from Params to this rank's Schedule
+// (algo/schedule.h); the executor runs it. Adding an algorithm is a schedule file
+// and one entry in registry.cc.
+//
+// Contracts the collectives rely on (ringcoll.check proves them):
+//   allreduce      every rank ends with the reduction of all inputs over [0, n);
+//   reduceScatter  n = p * m; rank r ends with block r reduced, and `result` is it;
+//   allgather      n = p * m; rank r starts with block r filled, all end with all;
+//   broadcast      the root's [0, n) reaches every rank.
+// Every reducing schedule marks, on every rank, where each element of its result
+// first holds the complete reduction (Step::reduced).
 #pragma once
 
 #include <functional>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,18 +20,15 @@
 
 namespace ringcoll::algo {
 
-using Phases = std::vector<std::unique_ptr<Phase>>;
+using Builder = std::function<Schedule(const Params&)>;
 
 struct Algorithm {
   std::string name;
   std::string summary;
-  // Phases over a buffer of p blocks. all-reduce: the last reducing phase's
-  // ownedBlockAfter() tells where AVG divides. reduce-scatter: rank r must own block
-  // r after its phases. all-gather: rank r starts with block r.
-  std::function<Phases(int p)> allreduce;
-  std::function<Phases(int p)> reduceScatter;
-  std::function<Phases(int p)> allgather;
-  std::function<Phases(int p, int root)> broadcast;
+  Builder allreduce;
+  Builder reduceScatter;
+  Builder allgather;
+  Builder broadcast;
 };
 
 // Throws std::invalid_argument naming the unknown value and the known ones.

@@ -1,65 +1,93 @@
-// Schedules: pure functions that say, for every rank and step, which block to send
-// to whom, which to receive from whom, and whether to reduce or copy it.
+// Schedules: pure functions that say, for one rank of a collective, which element
+// ranges it sends to and receives from which peers at every step, and whether a
+// received range is copied or reduced into place.
 //
 // Vocabulary (fixed here, used everywhere):
-//   buffer  - the n elements a collective works on in place, on every rank;
-//   block   - one of the k near-equal parts the buffer is split into (for the ring
-//             k = p and a block is also called a chunk; for the broadcast chain a
-//             block is one pipeline stage). Sizes differ by at most one element
-//             and may be zero when n < k;
-//   segment - the executor's slice of a block, at most RINGCOLL_CHUNK_BYTES, so
-//             staging memory stays bounded. Schedules never see segments.
-//   step    - one round in which every rank does at most one send and one receive.
+//   buffer   - the n elements a collective works on in place, on every rank;
+//   range    - a half-open element range [begin, end) of the buffer;
+//   block    - one of k near-equal parts of a range (split() below). Parts of parts
+//              nest: the quarters of [0, n) are the halves of its halves, which
+//              recursive halving needs and the ring's chunks (k = p) use;
+//   transfer - one send, or one receive that is copied or reduced into place, of
+//              one range with one peer;
+//   step     - the transfers a rank does in one round, with any number of peers;
+//   segment  - the executor's slice of a transfer, at most RINGCOLL_CHUNK_BYTES,
+//              so staging memory stays bounded. Schedules never see segments.
 //
-// A schedule knows no tensors, devices, streams or sockets. New algorithms are a new
-// file implementing Phase plus a line in registry.cc.
+// Semantics, which the executor implements and ringcoll.check proves for every
+// schedule (tests/test_schedule.py, world sizes 1..64):
+//   * a send at step s carries the range as it is after all of this rank's steps
+//     before s; a receive at step s lands after them. Within one step no range is
+//     written twice and no range is both sent and written, so the order of a
+//     step's transfers does not change what they carry;
+//   * the k-th send from a to b in step s pairs with the k-th receive on b from a
+//     in step s, and the two ranges have the same size (the executor cuts both
+//     into the same segments and the transport keeps them in order);
+//   * `reduced` marks where a rank holds the complete reduction of a range: a
+//     collective that finishes a reduction (AVG's division by p) does it there,
+//     once per element, before the range is sent on;
+//   * `result` is the range that holds the collective's output on this rank.
+//
+// A schedule knows no tensors, devices, streams or sockets, so it can be checked
+// and simulated with none. A new algorithm is a new file producing these plus one
+// line in registry.cc.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace ringcoll::algo {
 
-// Half-open element range.
 struct Range {
   size_t begin = 0;
   size_t end = 0;
   size_t size() const { return end - begin; }
+  bool empty() const { return end == begin; }
+  bool overlaps(const Range& o) const { return begin < o.end && o.begin < end; }
+  bool operator==(const Range& o) const { return begin == o.begin && end == o.end; }
 };
 
-// Block i of n elements split into k blocks: the first n % k blocks get one extra
-// element. Precondition: 0 <= i < k.
-Range blockRange(size_t n, int k, int i);
+// Part i of r cut into k near-equal parts: the first r.size() % k parts have one
+// element more; parts may be empty when r.size() < k. Precondition: 0 <= i < k.
+Range split(Range r, int k, int i);
 
-enum class Action { kReduce, kCopy };
+// Block i of [0, n) cut into k blocks.
+inline Range blockRange(size_t n, int k, int i) { return split(Range{0, n}, k, i); }
+
+enum class Kind : uint8_t {
+  kSend,        // send the range to peer
+  kRecvCopy,    // receive the range from peer and store it in place
+  kRecvReduce,  // receive the range from peer and reduce it into place
+};
 
 struct Transfer {
-  int peer = -1;   // -1: no transfer in this direction at this step
-  int block = -1;
-  bool active() const { return peer >= 0; }
+  Kind kind = Kind::kSend;
+  int peer = -1;
+  Range range;
 };
 
 struct Step {
-  Transfer send;
-  Transfer recv;
-  Action action = Action::kCopy;  // what to do with the received block
+  std::vector<Transfer> transfers;
+  std::vector<Range> reduced;  // complete on this rank once this step is done
 };
 
-// One phase of an algorithm: a sequence of steps all ranks walk in lock-step.
-class Phase {
- public:
-  virtual ~Phase() = default;
-  virtual std::string name() const = 0;
-  // Number of blocks the buffer is split into. `pipelineBlocks` is the executor's
-  // suggestion for phases whose block count is free (the broadcast chain); ring
-  // phases ignore it and use p.
-  virtual int numBlocks(int p, int pipelineBlocks) const = 0;
-  virtual int numSteps(int p, int blocks) const = 0;
-  virtual Step step(int rank, int p, int blocks, int s) const = 0;
-  // The block this rank holds complete after the phase, or -1 if none/all. Used to
-  // apply AVG's division once to the reduced block instead of to the whole buffer.
-  virtual int ownedBlockAfter(int rank, int p) const { return -1; }
+// What a schedule is computed for.
+struct Params {
+  int rank = 0;
+  int size = 1;
+  size_t n = 0;   // elements of the buffer
+  int root = 0;   // broadcast, reduce
+  // Ring order, position -> rank, with the ranks of one host next to each other
+  // so that a ring crosses each host boundary once. Empty means 0, 1, ..., p-1.
+  std::vector<int> order;
+};
+
+struct Schedule {
+  std::string name;
+  std::vector<Step> steps;
+  Range result;
 };
 
 }  // namespace ringcoll::algo

@@ -4,8 +4,10 @@
 // Every public collective (1) validates its arguments once, on the calling thread,
 // with TORCH_CHECK messages that start "ringcoll::<op>:" and name both values, so
 // every rank that sees a bad argument raises before anything is sent; (2) takes the
-// next sequence number; (3) queues the collective on the backend's worker, which
-// runs the algorithm's phases through the executor; (4) returns a RingcollWork.
+// next sequence number; (3) runs the collective's schedule through the executor:
+// on the calling thread when it is small and nothing else is queued, else on the
+// backend's worker (CPU), or enqueued on the comm stream (CUDA); (4) returns a
+// RingcollWork.
 //
 // A peer failure or timeout makes that collective's Work fail with a
 // DistBackendError naming op, sequence number, rank and peer, and leaves the
@@ -27,10 +29,11 @@
 #include "algo/collectives.h"
 #include "algo/executor.h"
 #include "algo/registry.h"
+#include "backend/call.h"
 #include "backend/worker.h"
 #include "common/knobs.h"
 #include "reduce/reducer.h"
-#include "transport/transport.h"
+#include "transport/routed_transport.h"
 #ifdef RINGCOLL_WITH_CUDA
 #include "backend/cuda_path.h"
 #endif
@@ -39,7 +42,7 @@ namespace ringcoll {
 
 class RingcollBackend final : public c10d::Backend {
  public:
-  // `p2p`: a gloo process group over the same ranks, used by the CPU transport and
+  // `p2p`: a gloo process group over the same ranks, used by the gloo transport and
   // for user send/recv.
   RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                   std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Backend> p2p,
@@ -48,6 +51,8 @@ class RingcollBackend final : public c10d::Backend {
 
   const std::string getBackendName() const override { return "ringcoll"; }
   const Knobs& knobs() const { return knobs_; }
+  // The CPU transport of each peer's link ("shm", "gloo"; "" for this rank).
+  std::vector<std::string> links() const;
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -82,27 +87,32 @@ class RingcollBackend final : public c10d::Backend {
   static constexpr int kInternalTag = 0x52430000;
 
  private:
-  using Body = std::function<void(algo::Executor&)>;
-  // Runs `body` on the path of the tensors' device: the CPU worker (gloo
-  // transport, CPU reducer) or the CUDA path (NCCL transport, CUDA kernels, comm
-  // stream). `inputs` and `outputs` are the user's tensors.
+  struct CpuTask;
+  // Runs `body` on the path of the tensors' device: the CPU executor (shared memory
+  // and gloo transports, CPU reducer) or the CUDA path (NCCL transport, CUDA
+  // kernels, comm stream). `inputs` and `outputs` are the user's tensors; `bytes`,
+  // the size of the collective's buffer, decides whether it may run inline.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* op,
                                         const std::vector<at::Tensor>& inputs,
-                                        std::vector<at::Tensor> outputs,
+                                        std::vector<at::Tensor> outputs, size_t bytes,
                                         std::chrono::milliseconds timeout, Body body);
   c10::intrusive_ptr<c10d::Work> launchCpu(c10d::OpType type, const std::string& label,
                                            uint64_t seq, std::vector<at::Tensor> outputs,
-                                           std::chrono::milliseconds timeout, Body body);
+                                           size_t bytes, std::chrono::milliseconds timeout,
+                                           Body body);
+  // Starts or resumes a CPU task; false if `until` came first (it can be resumed).
+  bool runCpu(CpuTask& task, std::chrono::steady_clock::time_point until);
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
+  algo::Params params(size_t n, int root = 0) const;
 
   const c10::intrusive_ptr<c10d::Store> store_;
   const Knobs knobs_;
   const algo::Algorithm& algorithm_;
   const std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Backend> p2p_;
-  std::unique_ptr<Transport> transport_;
+  std::vector<int> ringOrder_;
+  std::unique_ptr<RoutedTransport> transport_;
   CpuReducer reducer_;
-  at::Tensor staging_;
   std::unique_ptr<algo::Executor> executor_;
   std::atomic<uint64_t> seq_{0};
   std::mutex brokenMutex_;

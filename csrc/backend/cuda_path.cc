@@ -123,13 +123,10 @@ CudaPath::CudaPath(const c10::intrusive_ptr<c10d::Store>& store, int rank, int s
   c10::cuda::CUDAGuard guard(device_);
   const ncclUniqueId id = exchangeUniqueId(store, rank);
   RC_NCCL_CHECK(ncclCommInitRank(&comm_, size, id, rank), -1);
-  transport_ = std::make_unique<NcclTransport>(comm_, rank, size, stream_.stream());
+  transport_ = std::make_unique<NcclTransport>(comm_, rank, size, stream_.stream(),
+                                               knobs.chunkBytes);
   reducer_ = std::make_unique<CudaReducer>(stream_.stream());
-  staging_ = at::empty({static_cast<int64_t>(2 * knobs.chunkBytes)},
-                       at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
-  executor_ = std::make_unique<algo::Executor>(
-      *transport_, *reducer_, algo::Staging{staging_.data_ptr(), 2 * knobs.chunkBytes},
-      knobs.chunkBytes);
+  executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, knobs.chunkBytes);
   watchdog_ = std::thread([this] { watchdog(); });
 }
 
@@ -147,8 +144,7 @@ CudaPath::~CudaPath() {
 
 c10::intrusive_ptr<c10d::Work> CudaPath::launch(
     c10d::OpType type, const std::string& label, uint64_t seq,
-    const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs,
-    const std::function<void(algo::Executor&)>& body) {
+    const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, const Body& body) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!broken_.empty()) {
@@ -172,7 +168,10 @@ c10::intrusive_ptr<c10d::Work> CudaPath::launch(
     // on the comm stream.
     c10::cuda::CUDAStreamGuard streamGuard(stream_);
     try {
-      body(*executor_);
+      // Enqueues everything on the streams; the host never waits for the device.
+      Staged staged = body(*executor_);
+      executor_->run(std::move(staged.job), timeout_);
+      if (staged.finish) staged.finish();
     } catch (const PeerError& e) {
       std::lock_guard<std::mutex> lock(mutex_);
       broken_ = c10::str(label, ": ", e.what());

@@ -1,6 +1,6 @@
 // The CUDA half of RingcollBackend (built only with RINGCOLL_WITH_CUDA): one NCCL
-// communicator, comm stream, reducer, staging buffer and executor per backend,
-// bound to the device of the first CUDA collective.
+// communicator, comm stream, reducer and executor per backend, bound to the device
+// of the first CUDA collective.
 //
 // Stream semantics, as ProcessGroupNCCL gives them:
 //  * the comm stream waits for the caller's current stream before reading inputs;
@@ -34,6 +34,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "algo/executor.h"
+#include "backend/call.h"
 #include "common/knobs.h"
 #include "reduce/cuda_reducer.h"
 #include "transport/nccl_transport.h"
@@ -52,8 +53,7 @@ class CudaPath {
 
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const std::string& label,
                                         uint64_t seq, const std::vector<at::Tensor>& inputs,
-                                        std::vector<at::Tensor> outputs,
-                                        const std::function<void(algo::Executor&)>& body);
+                                        std::vector<at::Tensor> outputs, const Body& body);
 
  private:
   void watchdog();
@@ -66,7 +66,6 @@ class CudaPath {
   c10::cuda::CUDAStream stream_;
   std::unique_ptr<NcclTransport> transport_;
   std::unique_ptr<CudaReducer> reducer_;
-  at::Tensor staging_;
   std::unique_ptr<algo::Executor> executor_;
 
   std::mutex mutex_;

@@ -21,17 +21,46 @@ void Worker::enqueue(std::function<void()> task) {
   cv_.notify_one();
 }
 
+bool Worker::tryClaim() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (busy_ || !queue_.empty()) return false;
+  busy_ = true;
+  return true;
+}
+
+void Worker::release() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    busy_ = false;
+  }
+  cv_.notify_one();
+}
+
+void Worker::handOff(std::function<void()> rest) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_front(std::move(rest));
+    busy_ = false;
+  }
+  cv_.notify_one();
+}
+
 void Worker::loop() {
   for (;;) {
     std::function<void()> task;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      cv_.wait(lock, [this] { return (stopping_ && !busy_) || (!busy_ && !queue_.empty()); });
       if (queue_.empty()) return;  // stopping and drained
       task = std::move(queue_.front());
       queue_.pop_front();
+      busy_ = true;
     }
     task();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      busy_ = false;
+    }
   }
 }
 

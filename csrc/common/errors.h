@@ -60,3 +60,12 @@ std::string cat(const Args&... args) {
       throw std::invalid_argument(RC_STR(__VA_ARGS__));      \
     }                                                        \
   } while (0)
+
+// A failure of the system or environment below the torch boundary (shm_open,
+// mmap, a peer's segment that does not match): std::runtime_error with the text.
+#define RC_REQUIRE(cond, ...)                                \
+  do {                                                       \
+    if (!(cond)) {                                           \
+      throw std::runtime_error(RC_STR(__VA_ARGS__));         \
+    }                                                        \
+  } while (0)

@@ -5,7 +5,6 @@
 #include <cstring>
 #include <vector>
 
-#include "algo/registry.h"
 #include "common/errors.h"
 
 extern char** environ;
@@ -15,19 +14,20 @@ namespace ringcoll {
 namespace {
 const std::vector<std::string>& knownNames() {
   static const std::vector<std::string> names = {
-      "RINGCOLL_ALGO", "RINGCOLL_TRANSPORT", "RINGCOLL_CHUNK_BYTES", "RINGCOLL_DEBUG",
+      "RINGCOLL_ALGO", "RINGCOLL_TRANSPORT", "RINGCOLL_CHUNK_BYTES",
+      "RINGCOLL_INLINE_BYTES", "RINGCOLL_HOST", "RINGCOLL_DEBUG",
       // Read by the build (setup.py), not by the backend; listed so it is not
       // reported as unknown.
       "RINGCOLL_CUDA"};
   return names;
 }
 
-size_t parseBytes(const std::string& name, const std::string& value) {
+size_t parseBytes(const std::string& name, const std::string& value, long long min) {
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(value.c_str(), &end, 10);
-  RC_CHECK_ARG(!value.empty() && errno == 0 && end && *end == '\0' && v > 0,
-               name, "='", value, "' is not a positive integer number of bytes");
+  RC_CHECK_ARG(!value.empty() && errno == 0 && end && *end == '\0' && v >= min, name, "='",
+               value, "' is not a whole number of bytes >= ", min);
   return static_cast<size_t>(v);
 }
 
@@ -39,14 +39,19 @@ bool parseBool(const std::string& name, const std::string& value) {
 
 void apply(Knobs& k, const std::string& name, const std::string& value) {
   if (name == "RINGCOLL_ALGO") {
-    algo::findAlgorithm(value);  // throws with the known names
+    RC_CHECK_ARG(!value.empty(), name, " is empty");
     k.algo = value;
   } else if (name == "RINGCOLL_TRANSPORT") {
-    RC_CHECK_ARG(value == "auto" || value == "gloo", name, "='", value,
-                 "' is not a known transport (known: auto, gloo)");
+    RC_CHECK_ARG(value == "auto" || value == "shm" || value == "gloo", name, "='", value,
+                 "' is not a known transport (known: auto, shm, gloo)");
     k.transport = value;
   } else if (name == "RINGCOLL_CHUNK_BYTES") {
-    k.chunkBytes = parseBytes(name, value);
+    // Below 64 bytes a segment would not hold one float64 pair of 16-byte packs.
+    k.chunkBytes = parseBytes(name, value, static_cast<long long>(Knobs::kMinChunkBytes));
+  } else if (name == "RINGCOLL_INLINE_BYTES") {
+    k.inlineBytes = parseBytes(name, value, 0);
+  } else if (name == "RINGCOLL_HOST") {
+    k.host = value;
   } else if (name == "RINGCOLL_DEBUG") {
     k.debug = parseBool(name, value);
   } else if (name == "RINGCOLL_CUDA") {
@@ -73,7 +78,9 @@ Knobs Knobs::load(const std::map<std::string, std::string>& overrides) {
 
 std::string Knobs::describe() const {
   return RC_STR("RINGCOLL_ALGO=", algo, " RINGCOLL_TRANSPORT=", transport,
-                " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_DEBUG=", debug ? 1 : 0);
+                " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_INLINE_BYTES=", inlineBytes,
+                " RINGCOLL_HOST=", host.empty() ? "(auto)" : host,
+                " RINGCOLL_DEBUG=", debug ? 1 : 0);
 }
 
 }  // namespace ringcoll

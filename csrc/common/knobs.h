@@ -2,15 +2,26 @@
 // from the environment and then from the explicit overrides passed through
 // ringcoll.Options (pg_options of init_process_group / new_group), which win.
 //
-//   field       variable              default  meaning
-//   algo        RINGCOLL_ALGO         ring     algorithm from algo/registry.cc
-//   transport   RINGCOLL_TRANSPORT    auto     CPU tensors: auto|gloo (auto = gloo)
-//   chunkBytes  RINGCOLL_CHUNK_BYTES  1048576  largest single transfer (a segment);
-//                                              staging memory is 2x this per backend
-//   debug       RINGCOLL_DEBUG        0        1: log every collective to stderr
+//   field        variable               default  meaning
+//   algo         RINGCOLL_ALGO          ring     algorithm from algo/registry.cc
+//   transport    RINGCOLL_TRANSPORT     auto     CPU tensors: auto (shared memory within
+//                                                a host, gloo between hosts) | shm | gloo
+//   chunkBytes   RINGCOLL_CHUNK_BYTES   1048576  largest single message (a segment, in
+//                                                whole elements); at least 64; each
+//                                                shared-memory slot and gloo staging
+//                                                buffer is this size
+//   inlineBytes  RINGCOLL_INLINE_BYTES  262144   CPU collectives up to this size run on
+//                                                the calling thread when nothing else is
+//                                                queued (no thread hand-off); 0: never
+//   host         RINGCOLL_HOST          (auto)   this rank's host identity; ranks with
+//                                                the same one share memory. Default:
+//                                                hostname and boot id. Tests set it to
+//                                                pretend ranks live on different hosts
+//   debug        RINGCOLL_DEBUG         0        1: log every collective to stderr
 //
 // An unknown RINGCOLL_* variable or a bad value is an error naming the variable,
-// the value and what is accepted: a typo must never be silently ignored.
+// the value and what is accepted: a typo must never be silently ignored. (The
+// algorithm name is checked against the registry where algorithms live.)
 #pragma once
 
 #include <cstddef>
@@ -23,7 +34,11 @@ struct Knobs {
   std::string algo = "ring";
   std::string transport = "auto";
   size_t chunkBytes = size_t{1} << 20;
+  size_t inlineBytes = size_t{256} << 10;
+  std::string host;
   bool debug = false;
+
+  static constexpr size_t kMinChunkBytes = 64;
 
   // Environment, then overrides (keys are the variable names, e.g.
   // "RINGCOLL_ALGO"). Throws std::invalid_argument on any bad name or value.

@@ -111,15 +111,10 @@ void CudaReducer::reduce(void* dst, const void* a, const void* b, size_t count, 
   RC_CUDA_CHECK(launchReduce(dst, a, b, count, dtype, op, stream_));
 }
 
-// The kernel writes dst only; the second copy is a device-to-device copy on the
-// same stream, so it is ordered after the kernel. Kept minimal: a fused kernel
-// storing both would save re-reading dst.
 void CudaReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
                           DType dtype, RedOp op) {
-  RC_CUDA_CHECK(launchReduce(dst, a, b, count, dtype, op, stream_));
-  if (dst2 == nullptr || count == 0) return;
-  RC_CUDA_CHECK(cudaMemcpyAsync(dst2, dst, count * elementSize(dtype),
-                                cudaMemcpyDeviceToDevice, stream_));
+  reduce(dst, a, b, count, dtype, op);
+  if (dst2 != nullptr) copy(dst2, dst, count * elementSize(dtype));
 }
 
 void CudaReducer::divide(void* buf, size_t count, DType dtype, int divisor) {

@@ -20,9 +20,9 @@ class Reducer {
   // dst[i] = op(a[i], b[i]).
   virtual void reduce(void* dst, const void* a, const void* b, size_t count,
                       DType dtype, RedOp op) = 0;
-  // dst[i] = op(a[i], b[i]) and, when dst2 != nullptr, dst2[i] = the same value
-  // (receive-reduce-forward: the reduced segment lands in place and in the buffer
-  // that is sent next). dst may alias a; dst2 overlaps none of dst, a and b.
+  // dst[i] = op(a[i], b[i]) and, when dst2 != nullptr, also dst2[i] (the executor's
+  // receive-reduce-forward: the result goes in place and into the outgoing
+  // message). dst may alias a; dst2 aliases nothing.
   virtual void reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
                        DType dtype, RedOp op) = 0;
   // buf[i] = buf[i] / divisor (AVG's final step).

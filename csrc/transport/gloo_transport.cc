@@ -1,17 +1,14 @@
 #include "transport/gloo_transport.h"
 
-#include <string>
+#include <cstdlib>
 
 #include "common/errors.h"
 
 namespace ringcoll {
 
 namespace {
-// A uint8 tensor viewing caller memory; gloo's point-to-point takes tensors.
-at::Tensor view(const void* ptr, size_t bytes) {
-  return at::from_blob(const_cast<void*>(ptr), {static_cast<int64_t>(bytes)},
-                       at::TensorOptions().dtype(at::kByte).device(at::kCPU));
-}
+// Staging buffers per peer: one being consumed while the next arrives.
+constexpr size_t kStagingPerPeer = 2;
 
 bool looksLikeTimeout(const std::string& what) {
   return what.find("imed out") != std::string::npos ||
@@ -19,67 +16,172 @@ bool looksLikeTimeout(const std::string& what) {
 }
 }  // namespace
 
-class GlooTransport::GlooPending final : public Transport::Pending {
+// The operations of one peer and direction, waited for in post order by a thread
+// of their own.
+class GlooTransport::Lane {
  public:
-  GlooPending(GlooTransport& owner, int to, c10::intrusive_ptr<c10d::Work> send, int from,
-              c10::intrusive_ptr<c10d::Work> recv)
-      : owner_(owner), to_(to), from_(from), send_(std::move(send)), recv_(std::move(recv)) {}
+  Lane(Doorbell& bell, std::chrono::milliseconds timeout, int peer, const char* what)
+      : bell_(bell), timeout_(timeout), peer_(peer), what_(what),
+        thread_([this] { loop(); }) {}
 
-  void wait() override {
-    // Receive first: a missing peer shows up as the receive that never arrives.
-    finish(recv_, from_, "receive from");
-    finish(send_, to_, "send to");
+  ~Lane() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+      for (auto& op : queue_) op->abort();
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  void push(std::unique_ptr<MessagePort::Op> op) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(op));
+    }
+    cv_.notify_one();
+  }
+
+  uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
+
+  // Throws PeerError once an operation of this lane failed.
+  void check() {
+    if (!failed_.load(std::memory_order_acquire)) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    throw PeerError(peer_, RC_STR(what_, " rank ", peer_, " failed (gloo: ", error_, ")"),
+                    looksLikeTimeout(error_));
   }
 
  private:
-  void finish(c10::intrusive_ptr<c10d::Work>& work, int peer, const char* what) {
-    if (!work) return;
-    owner_.waitingFor_.store(peer, std::memory_order_relaxed);
-    try {
-      work->wait(owner_.timeout_);
-    } catch (const std::exception& e) {
-      owner_.waitingFor_.store(-1, std::memory_order_relaxed);
-      const std::string msg = e.what();
-      const bool timedOut = looksLikeTimeout(msg);
-      throw PeerError(peer,
-                      RC_STR(timedOut ? "timed out after " : "failed after ",
-                             owner_.timeout_.count(), " ms timeout: ", what, " rank ",
-                             peer, " (gloo: ", msg.substr(0, msg.find('\n')), ")"),
-                      timedOut);
+  void loop() {
+    for (;;) {
+      MessagePort::Op* op;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (stopping_) return;
+        op = queue_.front().get();
+      }
+      try {
+        op->wait(timeout_);
+      } catch (const std::exception& e) {
+        const std::string msg = e.what();
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          error_ = msg.substr(0, msg.find('\n'));
+        }
+        failed_.store(true, std::memory_order_release);
+        bell_.ring();
+        return;  // the lane is dead; the executor reports it
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        queue_.pop_front();
+      }
+      completed_.fetch_add(1, std::memory_order_release);
+      bell_.ring();
     }
-    owner_.waitingFor_.store(-1, std::memory_order_relaxed);
-    work.reset();
   }
 
-  GlooTransport& owner_;
-  int to_;
-  int from_;
-  c10::intrusive_ptr<c10d::Work> send_;
-  c10::intrusive_ptr<c10d::Work> recv_;
+  Doorbell& bell_;
+  const std::chrono::milliseconds timeout_;
+  const int peer_;
+  const char* what_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<MessagePort::Op>> queue_;
+  bool stopping_ = false;
+  std::atomic<uint64_t> completed_{0};
+  std::atomic<bool> failed_{false};
+  std::string error_;
+  std::thread thread_;  // last: starts once everything above exists
 };
 
-GlooTransport::GlooTransport(c10::intrusive_ptr<c10d::Backend> p2p,
-                             std::chrono::milliseconds timeout, int tag)
-    : p2p_(std::move(p2p)), timeout_(timeout), tag_(tag) {
-  RC_ASSERT(p2p_, "GlooTransport needs a point-to-point process group");
+GlooTransport::GlooTransport(std::shared_ptr<MessagePort> port, Doorbell* bell,
+                             size_t slotBytes, std::chrono::milliseconds timeout)
+    : port_(std::move(port)), slotBytes_(slotBytes), timeout_(timeout) {
+  RC_ASSERT(port_, "GlooTransport needs a message port");
+  if (bell == nullptr) {
+    // gloo messages take tens of microseconds at least: sleep at once, no spinning.
+    ownBell_ = std::make_unique<Doorbell>(&ownWord_, /*shared=*/false, WaitPolicy{});
+    bell = ownBell_.get();
+  }
+  bell_ = bell;
+  peers_.resize(static_cast<size_t>(port_->size()));
 }
 
-std::unique_ptr<Transport::Pending> GlooTransport::start(int toRank, const void* sendBuf,
-                                                         size_t sendBytes, int fromRank,
-                                                         void* recvBuf, size_t recvBytes) {
-  c10::intrusive_ptr<c10d::Work> recv;
-  c10::intrusive_ptr<c10d::Work> send;
-  // Post the receive before the send so a peer's message always finds its buffer.
-  if (fromRank >= 0 && recvBytes > 0) {
-    std::vector<at::Tensor> t{view(recvBuf, recvBytes)};
-    recv = p2p_->recv(t, fromRank, tag_);
+GlooTransport::~GlooTransport() {
+  bool pendingRecvs = false;
+  for (auto& pr : peers_) {
+    pr.sends.reset();
+    if (pr.recvs && pr.recvs->completed() < pr.consumed + pr.posted.size()) pendingRecvs = true;
+    pr.recvs.reset();
   }
-  if (toRank >= 0 && sendBytes > 0) {
-    std::vector<at::Tensor> t{view(sendBuf, sendBytes)};
-    send = p2p_->send(t, toRank, tag_);
+  // After a failure gloo may still hold receives posted into staging: keep that
+  // memory (a few segments) rather than let gloo write into freed memory.
+  if (!pendingRecvs) {
+    for (void* p : staging_) std::free(p);
   }
-  return std::make_unique<GlooPending>(*this, toRank, std::move(send), fromRank,
-                                       std::move(recv));
+}
+
+GlooTransport::Lane& GlooTransport::lane(std::unique_ptr<Lane>& slot, int peer,
+                                         const char* what) {
+  if (!slot) slot = std::make_unique<Lane>(*bell_, timeout_, peer, what);
+  return *slot;
+}
+
+bool GlooTransport::trySend(int peer, const void* src, size_t bytes) {
+  Lane& l = lane(peers_[peer].sends, peer, "send to");
+  l.check();
+  l.push(port_->send(peer, src, bytes));
+  return true;
+}
+
+uint64_t GlooTransport::sendsDone(int peer) {
+  auto& l = peers_[peer].sends;
+  if (!l) return 0;
+  l->check();
+  return l->completed();
+}
+
+bool GlooTransport::tryPostRecv(int peer, void* dst, size_t bytes) {
+  RC_ASSERT(bytes <= slotBytes_, "message of ", bytes, " bytes > slot ", slotBytes_);
+  Peer& pr = peers_[peer];
+  Lane& l = lane(pr.recvs, peer, "receive from");
+  l.check();
+  bool staged = false;
+  if (dst == nullptr) {
+    if (pr.freeStaging.empty()) {
+      if (pr.stagingCount >= kStagingPerPeer) return false;
+      void* buf = std::aligned_alloc(64, (slotBytes_ + 63) / 64 * 64);
+      RC_ASSERT(buf != nullptr, "staging allocation of ", slotBytes_, " bytes");
+      staging_.push_back(buf);
+      ++pr.stagingCount;
+      pr.freeStaging.push_back(buf);
+    }
+    dst = pr.freeStaging.back();
+    pr.freeStaging.pop_back();
+    staged = true;
+  }
+  l.push(port_->recv(peer, dst, bytes));
+  pr.posted.push_back(Posted{dst, staged});
+  return true;
+}
+
+const void* GlooTransport::recvView(int peer) {
+  Peer& pr = peers_[peer];
+  if (pr.posted.empty()) return nullptr;
+  if (pr.recvs->completed() > pr.consumed) return pr.posted.front().ptr;
+  pr.recvs->check();
+  return nullptr;
+}
+
+void GlooTransport::releaseRecv(int peer) {
+  Peer& pr = peers_[peer];
+  RC_ASSERT(!pr.posted.empty(), "release without a receive from rank ", peer);
+  if (pr.posted.front().staged) pr.freeStaging.push_back(pr.posted.front().ptr);
+  pr.posted.pop_front();
+  ++pr.consumed;
 }
 
 }  // namespace ringcoll

@@ -1,69 +1,117 @@
 #include "transport/nccl_transport.h"
 
+#include <thread>
+
 #include "common/cuda_check.h"
 
 namespace ringcoll {
 
-namespace {
-// An event recorded on `from` that `to` waits for. Destroying a recorded event is
-// allowed: its resources are released once the event completes.
-void streamWaitsFor(cudaStream_t to, cudaStream_t from) {
-  cudaEvent_t ev;
-  RC_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-  RC_CUDA_CHECK(cudaEventRecord(ev, from));
-  RC_CUDA_CHECK(cudaStreamWaitEvent(to, ev, 0));
-  RC_CUDA_CHECK(cudaEventDestroy(ev));
-}
-}  // namespace
-
-// Holds the event recorded right after this exchange's NCCL group, so wait()
-// orders `compute` after this exchange only, not after later ones already started.
-class NcclTransport::NcclPending final : public Transport::Pending {
- public:
-  NcclPending(cudaStream_t compute, cudaEvent_t done) : compute_(compute), done_(done) {}
-  ~NcclPending() override {
-    if (done_) cudaEventDestroy(done_);
+struct NcclTransport::Event {
+  cudaEvent_t ev = nullptr;
+  // Destroying a recorded event is allowed: its resources go once it completes.
+  ~Event() {
+    if (ev) cudaEventDestroy(ev);
   }
-  void wait() override {
-    if (!done_) return;
-    RC_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
-  }
-
- private:
-  cudaStream_t compute_;
-  cudaEvent_t done_;
 };
 
-NcclTransport::NcclTransport(ncclComm_t comm, int rank, int size, cudaStream_t compute)
-    : comm_(comm), rank_(rank), size_(size), compute_(compute) {
+NcclTransport::NcclTransport(ncclComm_t comm, int rank, int size, cudaStream_t compute,
+                             size_t slotBytes)
+    : comm_(comm), rank_(rank), size_(size), compute_(compute), slotBytes_(slotBytes),
+      postedSends_(size, 0), flushedSends_(size, 0), recvs_(size), freeStaging_(size) {
   RC_CUDA_CHECK(cudaStreamCreateWithFlags(&transfer_, cudaStreamNonBlocking));
 }
 
 NcclTransport::~NcclTransport() {
-  if (transfer_) cudaStreamDestroy(transfer_);  // no throw in a destructor
+  // No throw in a destructor. Device memory is freed synchronously (cudaFree
+  // waits for the device), so no transfer into it is still running.
+  for (void* p : staging_) cudaFree(p);
+  if (transfer_) cudaStreamDestroy(transfer_);
 }
 
-std::unique_ptr<Transport::Pending> NcclTransport::start(int toRank, const void* sendBuf,
-                                                         size_t sendBytes, int fromRank,
-                                                         void* recvBuf, size_t recvBytes) {
-  const bool send = toRank >= 0 && sendBytes > 0;
-  const bool recv = fromRank >= 0 && recvBytes > 0;
-  if (!send && !recv) return std::make_unique<NcclPending>(compute_, nullptr);
-  streamWaitsFor(transfer_, compute_);
-  const int peer = recv ? fromRank : toRank;
-  RC_NCCL_CHECK(ncclGroupStart(), peer);
-  if (send) {
-    RC_NCCL_CHECK(ncclSend(sendBuf, sendBytes, ncclUint8, toRank, comm_, transfer_), toRank);
+bool NcclTransport::trySend(int peer, const void* src, size_t bytes) {
+  batch_.push_back(Post{true, peer, const_cast<void*>(src), bytes});
+  ++postedSends_[peer];
+  return true;
+}
+
+bool NcclTransport::tryPostRecv(int peer, void* dst, size_t bytes) {
+  RC_ASSERT(bytes <= slotBytes_, "message of ", bytes, " bytes > slot ", slotBytes_);
+  bool staged = false;
+  if (dst == nullptr) {
+    auto& pool = freeStaging_[peer];
+    if (pool.empty()) {
+      void* buf = nullptr;
+      RC_CUDA_CHECK(cudaMalloc(&buf, slotBytes_));
+      staging_.push_back(buf);
+      pool.push_back(buf);
+    }
+    dst = pool.back();
+    pool.pop_back();
+    staged = true;
   }
-  if (recv) {
-    RC_NCCL_CHECK(ncclRecv(recvBuf, recvBytes, ncclUint8, fromRank, comm_, transfer_),
-                  fromRank);
+  batch_.push_back(Post{false, peer, dst, bytes});
+  recvs_[peer].push_back(Recv{dst, staged, nullptr});
+  return true;
+}
+
+void NcclTransport::flush() {
+  if (batch_.empty()) return;
+  // The transfer stream waits for everything on compute so far.
+  auto ready = std::make_shared<Event>();
+  RC_CUDA_CHECK(cudaEventCreateWithFlags(&ready->ev, cudaEventDisableTiming));
+  RC_CUDA_CHECK(cudaEventRecord(ready->ev, compute_));
+  RC_CUDA_CHECK(cudaStreamWaitEvent(transfer_, ready->ev, 0));
+  const int first = batch_.front().peer;
+  RC_NCCL_CHECK(ncclGroupStart(), first);
+  for (const Post& p : batch_) {
+    if (p.send) {
+      RC_NCCL_CHECK(ncclSend(p.ptr, p.bytes, ncclUint8, p.peer, comm_, transfer_), p.peer);
+    } else {
+      RC_NCCL_CHECK(ncclRecv(p.ptr, p.bytes, ncclUint8, p.peer, comm_, transfer_), p.peer);
+    }
   }
-  RC_NCCL_CHECK(ncclGroupEnd(), peer);
-  cudaEvent_t done;
-  RC_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-  RC_CUDA_CHECK(cudaEventRecord(done, transfer_));
-  return std::make_unique<NcclPending>(compute_, done);
+  RC_NCCL_CHECK(ncclGroupEnd(), first);
+  auto done = std::make_shared<Event>();
+  RC_CUDA_CHECK(cudaEventCreateWithFlags(&done->ev, cudaEventDisableTiming));
+  RC_CUDA_CHECK(cudaEventRecord(done->ev, transfer_));
+  for (auto& q : recvs_) {
+    for (auto& r : q) {
+      if (!r.done) r.done = done;
+    }
+  }
+  for (int peer = 0; peer < size_; ++peer) flushedSends_[peer] = postedSends_[peer];
+  last_ = done;
+  batch_.clear();
+}
+
+const void* NcclTransport::recvView(int peer) {
+  auto& q = recvs_[peer];
+  if (q.empty() || !q.front().done) return nullptr;
+  Recv& r = q.front();
+  if (!r.waited) {
+    RC_CUDA_CHECK(cudaStreamWaitEvent(compute_, r.done->ev, 0));
+    r.waited = true;
+  }
+  return r.ptr;
+}
+
+void NcclTransport::releaseRecv(int peer) {
+  auto& q = recvs_[peer];
+  RC_ASSERT(!q.empty(), "release without a receive from rank ", peer);
+  // The next receive into a staging buffer is enqueued by a later flush, which
+  // waits for compute, where this one was read.
+  if (q.front().staged) freeStaging_[peer].push_back(q.front().ptr);
+  q.pop_front();
+}
+
+void NcclTransport::fence() {
+  if (last_) RC_CUDA_CHECK(cudaStreamWaitEvent(compute_, last_->ev, 0));
+}
+
+void NcclTransport::idle(uint32_t, Clock::time_point until) {
+  // The executor only idles here if a plan cannot progress, which is a bug; sleep
+  // a little so that it reaches its timeout without spinning a core.
+  std::this_thread::sleep_until(std::min(until, Clock::now() + std::chrono::milliseconds(1)));
 }
 
 }  // namespace ringcoll

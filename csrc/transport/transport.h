@@ -1,49 +1,92 @@
-// The one transport interface. A transport moves bytes between two ranks of one
+// The one transport interface. A transport moves bytes between the ranks of one
 // group and knows nothing else: no chunks, no dtypes, no reduce ops.
 //
-// Verb: start(toRank, sendBuf, sendBytes, fromRank, recvBuf, recvBytes) begins a
-// paired exchange (either half may be absent: rank < 0 or bytes == 0) and returns a
-// Pending whose wait() returns once both halves completed. Exchanges started on
-// one transport complete in start order per (sender, receiver) pair, so a sender
-// and receiver that walk the same schedule match each message without tags.
+// Messages between two ranks flow in post order, per direction: the k-th send from
+// a to b is the k-th receive on b from a, so two ranks that walk the same schedule
+// match every message without tags. Every verb is non-blocking; the executor calls
+// them from one thread and, when nothing moved, sleeps in idle().
 //
-// Buffers must stay valid until wait() returns. A peer that fails or does not
-// answer within the transport's timeout makes wait() throw PeerError naming it.
+//   sends     trySend(peer, src, bytes)  the transport copies src before returning
+//                                        (shared memory) or reads it until the send
+//                                        completes (gloo, NCCL); false = no room yet
+//             sendSlot / commitSlot      copying transports only: the caller writes
+//                                        the message straight into the transport's
+//                                        memory (receive-reduce-forward)
+//             sendsDone(peer)            how many sends to peer no longer read their
+//                                        source (monotonic)
+//   receives  tryPostRecv(peer, dst, n)  announces the next receive from peer; with
+//                                        dst the bytes may land there; false = no
+//                                        room yet
+//             recvView(peer)             the oldest announced receive from peer once
+//                                        its bytes are there: a pointer to them (a
+//                                        shared slot, a staging buffer, or dst),
+//                                        else null; valid until releaseRecv(peer)
+//   batching  flush()                    ends a batch of posts (NCCL: one group)
+//             fence()                    stream-ordered transports: what the
+//                                        executor does next to its memory outside a
+//                                        receive (AVG's division) is ordered after
+//                                        every transfer posted so far
+//   waiting   idleToken(), idle(token, until)
+//                                        idle returns once something may have moved
+//                                        since the token was taken (a message came,
+//                                        a slot freed, a send completed), or at
+//                                        `until`; it spins briefly, then yields, then
+//                                        sleeps, so ranks that outnumber the cores
+//                                        still make progress.
+//
+// A transport's completion is either host-observed (shared memory, gloo: a view is
+// returned once the bytes are in memory, a send is done once its source may be
+// reused) or stream-ordered (NCCL: a view is returned as soon as the receive is
+// enqueued and work on it is ordered after the transfer on the device; a send is
+// done once enqueued). A stream-ordered transport runs each batch as one unit that
+// must pair with the peers' batches, so the executor posts to it in waves, the
+// same on every rank (algo/executor.h).
+//
+// A peer that failed (exited, closed its connection, sent a message of the wrong
+// size) makes any verb throw PeerError naming it. Timeouts are the executor's.
 //
 // Implementations (one file each, parallel names):
-//   gloo_transport  - CPU memory, torch's ProcessGroupGloo point-to-point (any host)
-//   nccl_transport  - CUDA memory, ncclSend/ncclRecv on the comm stream
+//   shm_transport     ranks on one host: shared-memory mailboxes, receive views
+//   gloo_transport    any two ranks: gloo point-to-point through a MessagePort
+//   routed_transport  one transport per link: shared memory within a host, gloo
+//                     between hosts
+//   nccl_transport    CUDA memory: ncclSend/ncclRecv, stream-ordered
 #pragma once
 
-#include <atomic>
+#include <chrono>
 #include <cstddef>
-#include <memory>
+#include <cstdint>
+#include <string>
 
 namespace ringcoll {
 
 class Transport {
  public:
-  class Pending {
-   public:
-    virtual ~Pending() = default;
-    virtual void wait() = 0;
-  };
+  using Clock = std::chrono::steady_clock;
 
   virtual ~Transport() = default;
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual const char* name() const = 0;
+  // "shm", "gloo", "nccl"; a routed transport names its links ("shm+gloo").
+  virtual std::string name() const = 0;
 
-  virtual std::unique_ptr<Pending> start(int toRank, const void* sendBuf,
-                                         size_t sendBytes, int fromRank,
-                                         void* recvBuf, size_t recvBytes) = 0;
+  virtual bool trySend(int peer, const void* src, size_t bytes) = 0;
+  // Whether sends to peer copy into transport memory, so that sendSlot() can be
+  // used to write a message in place.
+  virtual bool copiesSends(int /*peer*/) const { return false; }
+  virtual void* sendSlot(int /*peer*/, size_t /*bytes*/) { return nullptr; }
+  virtual void commitSlot(int /*peer*/, size_t /*bytes*/) {}
+  virtual uint64_t sendsDone(int peer) = 0;
 
-  // The peer a wait() is currently blocked on, -1 if none: lets a Work that timed
-  // out on another thread say whom the collective was waiting for.
-  int waitingFor() const { return waitingFor_.load(std::memory_order_relaxed); }
+  virtual bool tryPostRecv(int peer, void* dst, size_t bytes) = 0;
+  virtual const void* recvView(int peer) = 0;
+  virtual void releaseRecv(int peer) = 0;
 
- protected:
-  std::atomic<int> waitingFor_{-1};
+  virtual bool streamOrdered() const { return false; }
+  virtual void flush() {}
+  virtual void fence() {}
+  virtual uint32_t idleToken() = 0;
+  virtual void idle(uint32_t token, Clock::time_point until) = 0;
 };
 
 }  // namespace ringcoll

@@ -1,0 +1,40 @@
+// Where the ranks of a process group live, and the CPU transport that follows:
+// every rank publishes its host identity through the group's store; ranks with the
+// same identity share a host. The ring runs host by host (hosts in order of their
+// lowest rank, ranks ascending within a host), so it crosses each host boundary
+// once. Links: RINGCOLL_TRANSPORT=auto uses shared memory between ranks of one host
+// and gloo between hosts; `shm` and `gloo` force one for every link (`shm` across
+// hosts is an error that names the two ranks and their hosts).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/message_port.h"
+#include "transport/rendezvous.h"
+#include "transport/routed_transport.h"
+
+namespace ringcoll {
+
+struct Topology {
+  std::vector<std::string> hostOf;  // per rank
+  std::vector<int> order;           // the ring order
+  std::vector<int> local;           // the ranks on this rank's host, ascending
+};
+
+// hostname and boot id: ranks that share both share /dev/shm.
+std::string thisHost();
+
+// `host`: this rank's identity (RINGCOLL_HOST, else thisHost()).
+Topology exchangeTopology(Rendezvous& rv, int rank, int size, const std::string& host);
+
+// The CPU transport of one backend (see above). `port`: gloo point-to-point over
+// the same ranks; chunkBytes: the largest message.
+std::unique_ptr<RoutedTransport> makeCpuTransport(
+    const Topology& topo, const std::string& transport, Rendezvous& rv,
+    std::shared_ptr<MessagePort> port, int rank, int size, size_t chunkBytes,
+    std::chrono::milliseconds timeout);
+
+}  // namespace ringcoll

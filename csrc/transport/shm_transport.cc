@@ -1,0 +1,262 @@
+#include "transport/shm_transport.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "common/errors.h"
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+namespace ringcoll {
+
+namespace {
+constexpr uint64_t kMagic = 0x3130304d48534352ull;  // "RCSHM001"
+constexpr size_t kPage = 4096;
+
+size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+std::string sysError(const char* what) { return RC_STR(what, ": ", std::strerror(errno)); }
+
+uint64_t randomToken() {
+  uint64_t t = 0;
+  RC_REQUIRE(getrandom(&t, sizeof(t), 0) == static_cast<ssize_t>(sizeof(t)),
+               sysError("ringcoll shm: getrandom"));
+  return t;
+}
+
+std::string segmentName(uint64_t token, int rank) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "/ringcoll-%016llx-%d",
+                static_cast<unsigned long long>(token), rank);
+  return buf;
+}
+}  // namespace
+
+struct ShmTransport::Header {
+  uint64_t magic;
+  uint64_t token;
+  int32_t rank;
+  int32_t localCount;
+  int32_t pid;
+  uint32_t slots;
+  uint64_t slotBytes;
+  DoorbellWord bell;  // rung by peers that published to, or freed a slot of, this rank
+};
+
+// Messages from one sender. The two counters sit on lines of their own: the
+// sender writes `written`, the receiver `released`.
+struct ShmTransport::Mailbox {
+  alignas(64) std::atomic<uint64_t> written{0};
+  alignas(64) std::atomic<uint64_t> released{0};
+  alignas(64) uint64_t sizes[kSlots] = {};
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "shared counters");
+
+ShmTransport::ShmTransport(Rendezvous& rv, int rank, int size, const std::vector<int>& local,
+                           size_t slotBytes, WaitPolicy policy)
+    : rank_(rank), size_(size), slotBytes_(slotBytes) {
+  RC_ASSERT(slotBytes_ > 0);
+  std::vector<int> sorted = local;
+  std::sort(sorted.begin(), sorted.end());
+  localCount_ = static_cast<int>(sorted.size());
+  myLocal_ = static_cast<int>(std::find(sorted.begin(), sorted.end(), rank) - sorted.begin());
+  RC_ASSERT(myLocal_ < localCount_, "rank ", rank, " not among its host's ranks");
+  stride_ = roundUp(slotBytes_, kPage);
+  dataOffset_ = roundUp(kPage + static_cast<size_t>(localCount_) * sizeof(Mailbox), kPage);
+  const size_t total = dataOffset_ + static_cast<size_t>(localCount_) * kSlots * stride_;
+
+  // The host's lowest rank draws the token that names this group's segments.
+  const std::string tokenKey = RC_STR("ringcoll/shm/token/", sorted[0]);
+  if (rank == sorted[0]) rv.set(tokenKey, std::to_string(randomToken()));
+  const uint64_t token = std::stoull(rv.get(tokenKey));
+  name_ = segmentName(token, rank);
+  links_.resize(static_cast<size_t>(size));
+
+  try {
+    const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    RC_REQUIRE(fd >= 0, sysError(RC_STR("ringcoll shm: shm_open ", name_).c_str()));
+    const bool sized = ftruncate(fd, static_cast<off_t>(total)) == 0;
+    void* base = sized ? mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                       : MAP_FAILED;
+    const int err = errno;
+    close(fd);
+    errno = err;
+    if (base == MAP_FAILED) shm_unlink(name_.c_str());
+    RC_REQUIRE(base != MAP_FAILED,
+                 sysError(RC_STR("ringcoll shm: mapping ", total, " bytes").c_str()));
+    mine_ = Segment{base, total};
+    auto* h = new (base) Header{kMagic, token, rank, localCount_, static_cast<int32_t>(getpid()),
+                                kSlots, slotBytes_, {}};
+    for (int s = 0; s < localCount_; ++s) {
+      new (static_cast<char*>(base) + kPage + s * sizeof(Mailbox)) Mailbox();
+    }
+    bell_ = std::make_unique<Doorbell>(&h->bell, /*shared=*/true, policy);
+    rv.set(RC_STR("ringcoll/shm/created/", rank), "1");
+
+    for (int li = 0; li < localCount_; ++li) {
+      const int peer = sorted[li];
+      Link& l = links_[peer];
+      l.localIndex = li;
+      if (peer == rank) continue;
+      rv.get(RC_STR("ringcoll/shm/created/", peer));
+      const std::string name = segmentName(token, peer);
+      const int pfd = shm_open(name.c_str(), O_RDWR, 0600);
+      RC_REQUIRE(pfd >= 0, sysError(RC_STR("ringcoll shm: opening rank ", peer,
+                                             "'s segment ", name).c_str()));
+      struct stat st;
+      const bool ok = fstat(pfd, &st) == 0 && static_cast<size_t>(st.st_size) == total;
+      void* pbase = ok ? mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0)
+                       : MAP_FAILED;
+      close(pfd);
+      RC_REQUIRE(pbase != MAP_FAILED, "ringcoll shm: cannot map rank ", peer,
+                   "'s segment ", name, " (", total, " bytes expected)");
+      l.seg = Segment{pbase, total};
+      const Header* ph = l.seg.header();
+      RC_REQUIRE(ph->magic == kMagic && ph->token == token && ph->rank == peer &&
+                       ph->localCount == localCount_ && ph->slotBytes == slotBytes_,
+                   "ringcoll shm: rank ", peer, "'s segment ", name,
+                   " does not match this group (different knobs on different ranks?)");
+      l.pid = ph->pid;
+      l.pidfd = static_cast<int>(syscall(SYS_pidfd_open, l.pid, 0));  // -1: no checks
+    }
+    // Everybody has mapped everything: the names can go.
+    rv.set(RC_STR("ringcoll/shm/mapped/", rank), "1");
+    for (int peer : sorted) {
+      if (peer != rank) rv.get(RC_STR("ringcoll/shm/mapped/", peer));
+    }
+    shm_unlink(name_.c_str());
+    unlinked_ = true;
+  } catch (...) {
+    if (!unlinked_ && mine_.base != nullptr) shm_unlink(name_.c_str());
+    for (auto& l : links_) {
+      if (l.seg.base != nullptr && l.seg.base != mine_.base) munmap(l.seg.base, l.seg.bytes);
+      if (l.pidfd >= 0) close(l.pidfd);
+    }
+    if (mine_.base != nullptr) munmap(mine_.base, mine_.bytes);
+    throw;
+  }
+}
+
+ShmTransport::~ShmTransport() {
+  if (!unlinked_) shm_unlink(name_.c_str());
+  for (auto& l : links_) {
+    if (l.seg.base != nullptr) munmap(l.seg.base, l.seg.bytes);
+    if (l.pidfd >= 0) close(l.pidfd);
+  }
+  bell_.reset();
+  if (mine_.base != nullptr) munmap(mine_.base, mine_.bytes);
+}
+
+ShmTransport::Mailbox* ShmTransport::mailbox(const Segment& seg, int senderLocal) const {
+  return reinterpret_cast<Mailbox*>(static_cast<char*>(seg.base) + kPage +
+                                    senderLocal * sizeof(Mailbox));
+}
+
+char* ShmTransport::slot(const Segment& seg, int senderLocal, uint64_t seq) const {
+  return static_cast<char*>(seg.base) + dataOffset_ +
+      (static_cast<size_t>(senderLocal) * kSlots + seq % kSlots) * stride_;
+}
+
+ShmTransport::Link& ShmTransport::link(int peer) {
+  RC_ASSERT(peer >= 0 && peer < size_ && peer != rank_ && links_[peer].localIndex >= 0,
+            "rank ", peer, " is not a shared-memory peer of rank ", rank_);
+  return links_[peer];
+}
+
+void* ShmTransport::sendSlot(int peer, size_t bytes) {
+  Link& l = link(peer);
+  RC_ASSERT(bytes <= slotBytes_, "message of ", bytes, " bytes > slot ", slotBytes_);
+  const Mailbox* mb = mailbox(l.seg, myLocal_);
+  if (l.written - mb->released.load(std::memory_order_acquire) >= kSlots) return nullptr;
+  return slot(l.seg, myLocal_, l.written);
+}
+
+void ShmTransport::commitSlot(int peer, size_t bytes) {
+  Link& l = link(peer);
+  Mailbox* mb = mailbox(l.seg, myLocal_);
+  mb->sizes[l.written % kSlots] = bytes;
+  mb->written.store(++l.written, std::memory_order_release);
+  Doorbell::ring(&l.seg.header()->bell, /*shared=*/true);
+}
+
+bool ShmTransport::trySend(int peer, const void* src, size_t bytes) {
+  void* dst = sendSlot(peer, bytes);
+  if (dst == nullptr) return false;
+  std::memcpy(dst, src, bytes);
+  commitSlot(peer, bytes);
+  return true;
+}
+
+// A message is copied when it is posted, so every posted send is done.
+uint64_t ShmTransport::sendsDone(int peer) { return link(peer).written; }
+
+bool ShmTransport::tryPostRecv(int peer, void*, size_t bytes) {
+  link(peer).expected.push_back(bytes);
+  return true;
+}
+
+const void* ShmTransport::recvView(int peer) {
+  Link& l = link(peer);
+  if (l.expectedHead == l.expected.size()) return nullptr;
+  const Mailbox* mb = mailbox(mine_, l.localIndex);
+  if (mb->written.load(std::memory_order_acquire) <= l.consumed) return nullptr;
+  const size_t got = mb->sizes[l.consumed % kSlots];
+  const size_t want = l.expected[l.expectedHead];
+  if (got != want) {
+    throw PeerError(peer, RC_STR("rank ", peer, " sent a message of ", got,
+                                 " bytes where this rank expected ", want,
+                                 " (the ranks called different collectives?)"));
+  }
+  return slot(mine_, l.localIndex, l.consumed);
+}
+
+void ShmTransport::releaseRecv(int peer) {
+  Link& l = link(peer);
+  RC_ASSERT(l.expectedHead < l.expected.size(), "release without a receive from ", peer);
+  Mailbox* mb = mailbox(mine_, l.localIndex);
+  const uint64_t written = mb->written.load(std::memory_order_acquire);
+  mb->released.store(++l.consumed, std::memory_order_release);
+  // The sender waits only when the ring was full.
+  if (written - (l.consumed - 1) >= kSlots) Doorbell::ring(&l.seg.header()->bell, true);
+  if (++l.expectedHead == l.expected.size()) {
+    l.expected.clear();
+    l.expectedHead = 0;
+  }
+}
+
+void ShmTransport::checkPeers() {
+  for (size_t peer = 0; peer < links_.size(); ++peer) {
+    const Link& l = links_[peer];
+    if (l.pidfd < 0) continue;
+    pollfd pfd{l.pidfd, POLLIN, 0};
+    if (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN)) {
+      throw PeerError(static_cast<int>(peer),
+                      RC_STR("rank ", peer, " (pid ", l.pid, ") exited"));
+    }
+  }
+}
+
+void ShmTransport::idle(uint32_t token, Clock::time_point until) {
+  // Sleep in slices, so a peer that exited is noticed without waiting out the
+  // group's timeout.
+  for (;;) {
+    const auto slice = std::min(until, Clock::now() + std::chrono::milliseconds(50));
+    bell_->wait(token, slice);
+    if (bell_->token() != token || Clock::now() >= until) return;
+    checkPeers();
+  }
+}
+
+}  // namespace ringcoll

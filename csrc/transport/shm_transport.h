@@ -1,0 +1,107 @@
+// Transport between ranks of one host through shared memory.
+//
+// Every rank owns one segment: a header (its doorbell, pid), and one mailbox per
+// local peer that sends to it. A mailbox is a ring of kSlots slots of slotBytes;
+// the sender copies a message into the next free slot (or writes it there in place:
+// sendSlot/commitSlot), publishes it by bumping `written`, and rings the receiver's
+// doorbell; the receiver hands the slot to the executor as the receive view (the
+// reducer reads it in place, nothing is copied), then bumps `released` and rings
+// the sender only if the ring was full. One copy per message, by the sender.
+//
+//   segment of rank r:  [header | mailbox from local peer 0 | ... ]  [slots ...]
+//   mailbox:            written (sender's line) | released (receiver's line) | sizes
+//
+// Hygiene: segment names are "/ringcoll-<group token>-<rank>", the token random
+// per process group, so a stale segment of a crashed job is never opened by a new
+// one; created with O_EXCL and mode 0600; every rank unlinks its own segment as
+// soon as all its local peers have mapped it (the store says when), so after set-up
+// nothing is left in /dev/shm even if a rank is killed with SIGKILL, and the
+// memory goes away with the last process that maps it. Slots are sparse: pages are
+// only used once a peer writes them.
+//
+// A peer that exits is noticed while waiting (a pidfd per peer, checked between
+// sleeps) and reported as PeerError naming it, instead of waiting out the timeout.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "transport/doorbell.h"
+#include "transport/rendezvous.h"
+#include "transport/transport.h"
+
+namespace ringcoll {
+
+class ShmTransport final : public Transport {
+ public:
+  static constexpr uint32_t kSlots = 4;
+
+  // `local`: the ranks of this group on this host, this one included. Blocks until
+  // every local rank has mapped every segment (through `rv`).
+  ShmTransport(Rendezvous& rv, int rank, int size, const std::vector<int>& local,
+               size_t slotBytes, WaitPolicy policy);
+  ~ShmTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override { return "shm"; }
+
+  bool trySend(int peer, const void* src, size_t bytes) override;
+  bool copiesSends(int) const override { return true; }
+  void* sendSlot(int peer, size_t bytes) override;
+  void commitSlot(int peer, size_t bytes) override;
+  uint64_t sendsDone(int peer) override;
+  bool tryPostRecv(int peer, void* dst, size_t bytes) override;
+  const void* recvView(int peer) override;
+  void releaseRecv(int peer) override;
+
+  uint32_t idleToken() override { return bell_->token(); }
+  void idle(uint32_t token, Clock::time_point until) override;
+
+  // The doorbell peers ring; other transports of the same backend ring it too.
+  Doorbell& doorbell() { return *bell_; }
+  // Throws PeerError if a local peer has exited.
+  void checkPeers();
+
+ private:
+  struct Header;
+  struct Mailbox;
+  struct Segment {
+    void* base = nullptr;
+    size_t bytes = 0;
+    Header* header() const { return static_cast<Header*>(base); }
+  };
+  struct Link {  // with one local peer
+    int localIndex = -1;
+    Segment seg;          // the peer's segment
+    int pidfd = -1;
+    int pid = 0;
+    uint64_t written = 0;   // messages this rank published to the peer
+    uint64_t consumed = 0;  // messages this rank released from the peer
+    std::vector<size_t> expected;  // sizes of announced receives, oldest first
+    size_t expectedHead = 0;
+  };
+
+  Mailbox* mailbox(const Segment& seg, int senderLocal) const;
+  char* slot(const Segment& seg, int senderLocal, uint64_t seq) const;
+  Link& link(int peer);
+
+  const int rank_;
+  const int size_;
+  const size_t slotBytes_;
+  size_t stride_ = 0;      // bytes between slots (page-aligned)
+  size_t dataOffset_ = 0;  // first slot
+  int localCount_ = 0;
+  int myLocal_ = -1;
+  std::string name_;
+  Segment mine_;
+  std::vector<Link> links_;         // by rank; localIndex < 0 for remote ranks
+  std::unique_ptr<Doorbell> bell_;
+  bool unlinked_ = false;
+};
+
+}  // namespace ringcoll

@@ -1,0 +1,221 @@
+"""The generic schedule checker: proves, with no processes and no transport, that an
+algorithm's schedule does what its collective promises.
+
+    from ringcoll import check
+    check.check("ring", "allreduce", p=6, n=20)       # raises ScheduleError if wrong
+
+It asks the extension for every rank's schedule (csrc/algo/schedule.h: steps of
+transfers, each a send or a receive that is copied or reduced into place, of an
+element range with one peer) and walks all ranks step by step on symbolic data.
+Each element holds (index, contributors, finishes): the buffer position it stands
+for, the set of ranks whose input it contains (a bitmask, any world size), and how
+many times a finishing pass (AVG's division) was applied to it. A send carries the
+sender's elements as they were before the step; a receive-copy replaces, a
+receive-reduce merges two values of the same position. It checks:
+
+  structure  peers in range and not the rank itself, ranges inside the buffer;
+             within a step no two writes overlap and no range is both sent and
+             written; the k-th non-empty send from a to b in step s has the size
+             of the k-th non-empty receive on b from a in step s (the executor
+             pairs them in that order);
+  data       nothing is sent that the sender does not hold; a reduce never counts
+             a rank twice, never mixes two positions and never merges a value
+             that was already finished; a range marked reduced holds every rank's
+             contribution there and is finished exactly once;
+  result     all-reduce: every rank, every element holds all p contributions,
+             finished once; reduce-scatter: rank r's result is block r, likewise;
+             all-gather: every rank holds every block, each from its owner;
+             broadcast: every rank holds the root's elements.
+"""
+
+from __future__ import annotations
+
+from . import _C
+
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast")
+_WRITES = ("recv_copy", "recv_reduce")
+
+
+class ScheduleError(AssertionError):
+    """A schedule broke its collective's contract; the message says where."""
+
+
+def block_range(n: int, k: int, i: int) -> tuple[int, int]:
+    return _C.block_range(n, k, i)
+
+
+def schedules(algo, collective, p, n, root=0, order=None):
+    """Every rank's schedule, as the extension builds it."""
+    return [_C.schedule(algo, collective, p, r, n, root, list(order or [])) for r in range(p)]
+
+
+def _fail(msg):
+    raise ScheduleError(msg)
+
+
+def _overlap(a, b):
+    return a[0] < b[1] and b[0] < a[1]
+
+
+def _check_structure(scheds, p, n, where):
+    nsteps = max(len(s["steps"]) for s in scheds)
+    for s in range(nsteps):
+        pairs = {}  # (src, dst) -> [send sizes], [recv sizes]
+        for r, sched in enumerate(scheds):
+            if s >= len(sched["steps"]):
+                continue
+            step = sched["steps"][s]
+            at = f"{where} step {s} rank {r}"
+            sends, writes = [], []
+            for kind, peer, b, e in step["transfers"]:
+                if kind not in ("send",) + _WRITES:
+                    _fail(f"{at}: unknown transfer kind {kind!r}")
+                if not (0 <= peer < p) or peer == r:
+                    _fail(f"{at}: {kind} with peer {peer}")
+                if not (0 <= b <= e <= n):
+                    _fail(f"{at}: {kind} range [{b}, {e}) outside [0, {n})")
+                if b == e:
+                    continue  # empty: the executor skips it on both sides
+                if kind == "send":
+                    sends.append((b, e))
+                    pairs.setdefault((r, peer), ([], []))[0].append(e - b)
+                else:
+                    writes.append((b, e))
+                    pairs.setdefault((peer, r), ([], []))[1].append(e - b)
+            for i, w in enumerate(writes):
+                for other in writes[i + 1:]:
+                    if _overlap(w, other):
+                        _fail(f"{at}: writes {w} and {other} overlap in one step")
+                for snd in sends:
+                    if _overlap(w, snd):
+                        _fail(f"{at}: range {w} is written while {snd} is sent in one step")
+        for (a, b), (sent, received) in sorted(pairs.items()):
+            if sent != received:
+                _fail(f"{where} step {s}: rank {a} sends sizes {sent} to rank {b}, "
+                      f"which receives sizes {received} from rank {a}")
+    return nsteps
+
+
+def _initial(collective, p, n, r, root):
+    if collective in ("allreduce", "reduce_scatter"):
+        return [(e, 1 << r, 0) for e in range(n)]
+    if collective == "allgather":
+        b, e1 = block_range(n, p, r)
+        return [(e, 1 << r, 0) if b <= e < e1 else None for e in range(n)]
+    return [(e, 1 << root, 0) if r == root else None for e in range(n)]
+
+
+def _simulate(scheds, p, n, nsteps, collective, root, where):
+    full = (1 << p) - 1
+    bufs = [_initial(collective, p, n, r, root) for r in range(p)]
+    for s in range(nsteps):
+        pre = [list(b) for b in bufs]
+        outbox = {}  # (src, dst) -> list of element lists, in send order
+        for r, sched in enumerate(scheds):
+            if s >= len(sched["steps"]):
+                continue
+            for kind, peer, b, e in sched["steps"][s]["transfers"]:
+                if kind != "send" or b == e:
+                    continue
+                vals = pre[r][b:e]
+                if any(v is None for v in vals):
+                    _fail(f"{where} step {s}: rank {r} sends [{b}, {e}) to rank {peer} "
+                          f"before it holds all of it")
+                outbox.setdefault((r, peer), []).append(vals)
+        for r, sched in enumerate(scheds):
+            if s >= len(sched["steps"]):
+                continue
+            step = sched["steps"][s]
+            for kind, peer, b, e in step["transfers"]:
+                if kind == "send" or b == e:
+                    continue
+                vals = outbox[(peer, r)].pop(0)
+                at = f"{where} step {s} rank {r}"
+                for k, v in enumerate(vals):
+                    pos = b + k
+                    if kind == "recv_copy":
+                        bufs[r][pos] = v
+                        continue
+                    u = bufs[r][pos]
+                    if u is None:
+                        _fail(f"{at}: reduces into element {pos}, which holds nothing")
+                    if u[0] != v[0]:
+                        _fail(f"{at}: reduces position {v[0]} from rank {peer} into "
+                              f"position {u[0]}")
+                    if u[1] & v[1]:
+                        twice = [q for q in range(p) if (u[1] & v[1]) >> q & 1]
+                        _fail(f"{at}: element {pos} from rank {peer} counts ranks "
+                              f"{twice} twice")
+                    if u[2] or v[2]:
+                        _fail(f"{at}: element {pos} was finished before its reduction "
+                              f"was complete")
+                    bufs[r][pos] = (u[0], u[1] | v[1], 0)
+            for b, e in step["reduced"]:
+                for pos in range(b, e):
+                    v = bufs[r][pos]
+                    if v is None or v[1] != full:
+                        _fail(f"{where} step {s} rank {r}: marks element {pos} reduced, "
+                              f"but it holds {_who(v, p)}")
+                    if v[2]:
+                        _fail(f"{where} step {s} rank {r}: marks element {pos} reduced "
+                              f"a second time")
+                    bufs[r][pos] = (v[0], v[1], 1)
+    return bufs
+
+
+def _who(v, p):
+    if v is None:
+        return "nothing"
+    return f"ranks {[q for q in range(p) if v[1] >> q & 1]}"
+
+
+def _check_result(bufs, scheds, collective, p, n, root, where):
+    full = (1 << p) - 1
+    owner = [0] * n
+    for i in range(p):
+        b, e = block_range(n, p, i)
+        owner[b:e] = [i] * (e - b)
+    for r, buf in enumerate(bufs):
+        rb, re = scheds[r]["result"]
+        at = f"{where} rank {r}"
+        if collective == "reduce_scatter":
+            if (rb, re) != block_range(n, p, r):
+                _fail(f"{at}: result [{rb}, {re}) is not block {r} {block_range(n, p, r)}")
+        elif (rb, re) != (0, n):
+            _fail(f"{at}: result [{rb}, {re}) is not the whole buffer [0, {n})")
+        for pos in range(rb, re):
+            v = buf[pos]
+            if collective in ("allreduce", "reduce_scatter"):
+                want = (pos, full, 1)
+            elif collective == "allgather":
+                want = (pos, 1 << owner[pos], 0)
+            else:
+                want = (pos, 1 << root, 0)
+            if v != want:
+                got = "nothing" if v is None else (
+                    f"position {v[0]}, {_who(v, p)}, finished {v[2]} times")
+                _fail(f"{at}: element {pos} ends with {got}; expected position "
+                      f"{want[0]}, {_who(want, p)}, finished {want[2]} times")
+
+
+def check(algo, collective, p, n, root=0, order=None):
+    """Raises ScheduleError naming the first violation; returns the step count."""
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r} (known: {COLLECTIVES})")
+    where = f"{algo} {collective} p={p} n={n}" + (f" root={root}" if collective == "broadcast"
+                                                   else "")
+    if order:
+        where += f" order={list(order)}"
+    return check_schedules(schedules(algo, collective, p, n, root, order), collective, p, n,
+                           root, where)
+
+
+def check_schedules(scheds, collective, p, n, root=0, where="schedule"):
+    """check() for schedules given as data (one dict per rank, as _C.schedule
+    returns them): lets a new algorithm be checked before it is compiled in."""
+    if len(scheds) != p:
+        _fail(f"{where}: {len(scheds)} schedules for {p} ranks")
+    nsteps = _check_structure(scheds, p, n, where)
+    bufs = _simulate(scheds, p, n, nsteps, collective, root, where)
+    _check_result(bufs, scheds, collective, p, n, root, where)
+    return nsteps
