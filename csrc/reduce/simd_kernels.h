@@ -6,10 +6,13 @@
 
 #include <cstddef>
 
+// -DRC_SIMD_X86=0 builds the non-x86 variant (functor loops only) on x86 too.
+#ifndef RC_SIMD_X86
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define RC_SIMD_X86 1
 #else
 #define RC_SIMD_X86 0
+#endif
 #endif
 
 #if RC_SIMD_X86
