@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include "common/errors.h"
-
 #include "reduce/dispatch.h"
 #include "reduce/reducer.h"
 #include "reduce/vector.h"
@@ -31,13 +30,13 @@ void reduceLoop(T* dst, T* dst2, const T* a, const T* b, size_t count) {
   auto* dp = reinterpret_cast<Pack16*>(dst + s.head);
   const auto* ap = reinterpret_cast<const Pack16*>(a + s.head);
   const auto* bp = reinterpret_cast<const Pack16*>(b + s.head);
-  char* d2 = reinterpret_cast<char*>(dst2 + s.head);  // may be unaligned: memcpy
   for (size_t k = 0; k < s.packs; ++k) {
     if constexpr (kTwo) {
       Pack16 v;
       reducePack<T, Op>(v, ap[k], bp[k]);
       dp[k] = v;
-      std::memcpy(d2 + 16 * k, v.bytes, 16);
+      // dst2 need not share dst's alignment: memcpy, not a Pack16 store.
+      std::memcpy(reinterpret_cast<char*>(dst2 + s.head) + 16 * k, v.bytes, 16);
     } else {
       reducePack<T, Op>(dp[k], ap[k], bp[k]);
     }

@@ -25,7 +25,8 @@ namespace ringcoll {
 // AVX-512 F, BW and VL. Neither uses AVX512_BF16: its vcvtneps2bf16 flushes
 // float subnormals to zero, which the functor's rounding does not.
 enum class SimdLevel : uint8_t { kScalar, kAvx2, kAvx512 };
-constexpr SimdLevel kSimdLevels[] = {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512};
+inline constexpr SimdLevel kSimdLevels[] = {SimdLevel::kScalar, SimdLevel::kAvx2,
+                                            SimdLevel::kAvx512};
 
 const char* simdLevelName(SimdLevel level);  // "scalar", "avx2", "avx512"
 // Whether this build has the level's code and this CPU (and OS) runs it; kScalar
