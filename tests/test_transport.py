@@ -163,6 +163,39 @@ def test_100_groups_leave_nothing_behind(transport):
     mp.run_checks(3, many_groups, timeout=600, transport=transport)
 
 
+def stale_segments_ignored(rank, p, stale):
+    """Segments a crashed job left behind (names of the same form, one with a header
+    that looks valid) neither stop a new group nor get opened or removed by it."""
+    f = []
+    for _ in range(3):
+        g = dist.new_group(backend="ringcoll")
+        x = torch.full((9,), float(rank))
+        dist.all_reduce(x, group=g)
+        if not torch.equal(x, torch.full((9,), float(sum(range(p))))):
+            f.append(f"all_reduce beside stale segments: {x.tolist()}")
+        dist.destroy_process_group(g)
+    left = [n for n in stale if not os.path.exists(os.path.join("/dev/shm", n))]
+    if left:
+        f.append(f"stale segments removed: {left}")
+    return f
+
+
+def test_stale_segments_of_a_crashed_job_are_ignored():
+    stale = [f"ringcoll-{os.getpid():016x}-{r}" for r in range(3)]
+    try:
+        for i, name in enumerate(stale):
+            with open(os.path.join("/dev/shm", name), "wb") as fh:
+                # magic "RCSHM001" and garbage: what a crashed job's segment looks like
+                fh.write((0x3130304d48534352).to_bytes(8, "little") + os.urandom(4088 * (i + 1)))
+        mp.run_checks(3, stale_segments_ignored, stale, transport="shm")
+    finally:
+        for name in stale:
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except FileNotFoundError:
+                pass
+
+
 # --------------------------------------------------------------------------------
 # more ranks than cores
 
