@@ -14,8 +14,10 @@ from dataclasses import dataclass
 @dataclass
 class Options:
     algo: str | None = None  # RINGCOLL_ALGO
-    transport: str | None = None  # RINGCOLL_TRANSPORT
-    chunk_bytes: int | None = None  # RINGCOLL_CHUNK_BYTES
+    transport: str | None = None  # RINGCOLL_TRANSPORT: auto | shm | gloo
+    chunk_bytes: int | None = None  # RINGCOLL_CHUNK_BYTES (>= 64)
+    inline_bytes: int | None = None  # RINGCOLL_INLINE_BYTES
+    host: str | None = None  # RINGCOLL_HOST
     debug: bool | None = None  # RINGCOLL_DEBUG
 
     def overrides(self) -> dict[str, str]:
@@ -27,6 +29,10 @@ class Options:
             out["RINGCOLL_TRANSPORT"] = str(self.transport)
         if self.chunk_bytes is not None:
             out["RINGCOLL_CHUNK_BYTES"] = str(int(self.chunk_bytes))
+        if self.inline_bytes is not None:
+            out["RINGCOLL_INLINE_BYTES"] = str(int(self.inline_bytes))
+        if self.host is not None:
+            out["RINGCOLL_HOST"] = str(self.host)
         if self.debug is not None:
             out["RINGCOLL_DEBUG"] = "1" if self.debug else "0"
         return out

@@ -1,6 +1,7 @@
 """Multi-process test harness: real processes, tracebacks carried home, timeouts.
 
-    run_world(world_size, fn, *args, timeout=120)
+    run_world(world_size, fn, *args, timeout=120, transport=None, may_exit=(),
+              rank_env=None)
 
 spawns `world_size` fresh processes; rank r calls
 `fn(rank, world_size, *args)` after `init_process_group("ringcoll")` on a shared
@@ -8,8 +9,12 @@ FileStore (and, with `gloo=True`, keeps a gloo group on the same ranks at
 `tests.mp.GLOO`). A rank that raises sends its formatted traceback to the parent,
 which fails the test with every rank's traceback; a world that does not finish in
 `timeout` seconds is killed and fails with the ranks that were still running, so
-a hang is a failure with a message, never a stuck CI. `fn` must be a module-level
-function of an importable module (spawn pickles it by name).
+a hang is a failure with a message, never a stuck CI. `transport` sets
+RINGCOLL_TRANSPORT in every rank (the tests run on "shm" and "gloo"). A rank in
+`may_exit` may die without reporting (a test that kills it); its result is None.
+`rank_env` gives variables per rank ({"RINGCOLL_HOST": ["a", "b", ...]}).
+`fn` must be a module-level function of an importable module (spawn pickles it by
+name).
 """
 
 from __future__ import annotations
@@ -59,18 +64,21 @@ def _child(rank, world_size, store_path, fn, args, results, init_backend, pg_tim
 
 
 def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
-              pg_timeout_s=60, env=None):
+              pg_timeout_s=60, env=None, transport=None, may_exit=(), rank_env=None):
     """Runs fn on world_size ranks; returns the list of per-rank return values."""
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     env = {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", **(env or {})}
+    if transport is not None:
+        env["RINGCOLL_TRANSPORT"] = transport
     with tempfile.TemporaryDirectory(prefix="ringcoll-test-") as tmp:
         store_path = os.path.join(tmp, "store")
         procs = [
             ctx.Process(
                 target=_child,
                 args=(r, world_size, store_path, fn, args, results, init_backend,
-                      pg_timeout_s, env),
+                      pg_timeout_s,
+                      {**env, **{k: v[r] for k, v in (rank_env or {}).items()}}),
                 daemon=True,
             )
             for r in range(world_size)
@@ -90,6 +98,9 @@ def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
                 # A rank that died without reporting (segfault, os._exit) fails now.
                 dead = [r for r, p in enumerate(procs)
                         if r not in outcomes and p.exitcode is not None]
+                for r in [r for r in dead if r in may_exit]:
+                    outcomes[r] = ("exited", None)
+                    dead.remove(r)
                 if dead:
                     time.sleep(0.5)  # let a last report drain
                     while not results.empty():
@@ -114,7 +125,8 @@ def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
         raise AssertionError(f"world of {world_size} failed:\n" + "\n".join(errors))
     import torch
 
-    return [torch.load(io.BytesIO(outcomes[r][1]), weights_only=False)
+    return [None if outcomes[r][0] == "exited"
+            else torch.load(io.BytesIO(outcomes[r][1]), weights_only=False)
             for r in range(world_size)]
 
 

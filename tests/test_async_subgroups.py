@@ -48,8 +48,8 @@ def many_async(rank, p):
     return f
 
 
-def test_async_in_order():
-    mp.run_checks(3, many_async)
+def test_async_in_order(transport):
+    mp.run_checks(3, many_async, transport=transport)
 
 
 def subgroups(rank, p):
@@ -85,8 +85,8 @@ def subgroups(rank, p):
     return f
 
 
-def test_subgroups_at_once():
-    mp.run_checks(4, subgroups)
+def test_subgroups_at_once(transport):
+    mp.run_checks(4, subgroups, transport=transport)
 
 
 def issue_example(rank, p):
@@ -114,6 +114,6 @@ def issue_example(rank, p):
     return f
 
 
-def test_issue_example_matches_gloo():
+def test_issue_example_matches_gloo(transport):
     for p in (1, 3):
-        mp.run_checks(p, issue_example, label=f"p={p} ")
+        mp.run_checks(p, issue_example, label=f"p={p} ", transport=transport)

@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 import ringcoll
 from tests import cases, mp
+from tests.conftest import TRANSPORTS
 from tests.cases import DTYPES, OPS, same
 
 WORLD_SIZES = [1, 2, 3, 4, 5]
@@ -202,17 +203,19 @@ MATRICES = {
 }
 
 
-# World size 5 (non-power of two, 5 processes on 2 cores) runs the reducing
-# collectives; 3 covers the non-power-of-two case for the others.
-GRID = [(c, p) for c in sorted(MATRICES) for p in WORLD_SIZES
-        if p < 5 or c in ("allreduce", "reduce_scatter")]
+# Both transports run every collective at world sizes 2-4 (3 is the
+# non-power-of-two case); world size 5 (5 processes on 2 cores) runs the reducing
+# collectives on shared memory. A world of one has no links: one transport.
+GRID = [(c, p, t) for c in sorted(MATRICES) for p in WORLD_SIZES for t in TRANSPORTS
+        if (p < 5 or (c in ("allreduce", "reduce_scatter") and t == "shm"))
+        and (p > 1 or t == "shm")]
 
 
-@pytest.mark.parametrize("collective, world_size", GRID)
-def test_matrix_against_gloo(collective, world_size):
-    mp.run_checks(world_size, MATRICES[collective], timeout=600)
+@pytest.mark.parametrize("collective, world_size, transport", GRID)
+def test_matrix_against_gloo(collective, world_size, transport):
+    mp.run_checks(world_size, MATRICES[collective], timeout=600, transport=transport)
 
 
 @pytest.mark.parametrize("world_size", [3])
-def test_large_64mib(world_size):
-    mp.run_checks(world_size, large_matrix, timeout=600)
+def test_large_64mib(world_size, transport):
+    mp.run_checks(world_size, large_matrix, timeout=600, transport=transport)

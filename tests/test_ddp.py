@@ -46,8 +46,8 @@ def ddp_equivalence(rank, p):
 
 
 @pytest.mark.parametrize("world_size", [2, 3])
-def test_ddp_matches_gloo(world_size):
-    per_rank = mp.run_world(world_size, ddp_equivalence)
+def test_ddp_matches_gloo(world_size, transport):
+    per_rank = mp.run_world(world_size, ddp_equivalence, transport=transport)
     for rank, (ring, gloo) in enumerate(per_rank):
         for a, b in zip(ring, gloo):
             if world_size == 2:

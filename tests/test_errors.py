@@ -80,13 +80,15 @@ def bad_inputs(rank, p):
     return f
 
 
-def test_bad_inputs_raise_on_every_rank():
-    mp.run_checks(2, bad_inputs)
+def test_bad_inputs_raise_on_every_rank(transport):
+    mp.run_checks(2, bad_inputs, transport=transport)
 
 
 @pytest.mark.parametrize("overrides, fragments", [
     ({"RINGCOLL_ALGO": "nope"}, ["RINGCOLL_ALGO", "nope", "ring"]),
-    ({"RINGCOLL_TRANSPORT": "carrier-pigeon"}, ["RINGCOLL_TRANSPORT", "carrier-pigeon", "gloo"]),
+    ({"RINGCOLL_TRANSPORT": "carrier-pigeon"},
+     ["RINGCOLL_TRANSPORT", "carrier-pigeon", "auto, shm, gloo"]),
+    ({"RINGCOLL_INLINE_BYTES": "-1"}, ["RINGCOLL_INLINE_BYTES", "-1", ">= 0"]),
     ({"RINGCOLL_CHUNK_BYTES": "12abc"}, ["RINGCOLL_CHUNK_BYTES", "12abc"]),
     ({"RINGCOLL_CHUNK_BYTES": "0"}, ["RINGCOLL_CHUNK_BYTES", ">= 64"]),
     ({"RINGCOLL_CHUNK_BYTES": "63"}, ["RINGCOLL_CHUNK_BYTES", "63", ">= 64"]),
@@ -109,9 +111,12 @@ def test_bad_knob_values(overrides, fragments, monkeypatch):
 
 def test_knob_defaults_and_options():
     assert _C.knobs({}).startswith("RINGCOLL_ALGO=ring")
-    opts = ringcoll.Options(chunk_bytes=4096, debug=True)
+    opts = ringcoll.Options(chunk_bytes=4096, debug=True, transport="shm", inline_bytes=0,
+                            host="h1")
     desc = _C.knobs(opts.overrides())
-    assert "RINGCOLL_CHUNK_BYTES=4096" in desc and "RINGCOLL_DEBUG=1" in desc
+    for want in ("RINGCOLL_CHUNK_BYTES=4096", "RINGCOLL_DEBUG=1", "RINGCOLL_TRANSPORT=shm",
+                 "RINGCOLL_INLINE_BYTES=0", "RINGCOLL_HOST=h1"):
+        assert want in desc, desc
 
 
 def init_with_bad_env(rank, p, store_path):
@@ -154,8 +159,8 @@ def missing_peer(rank, p):
     return "no error"
 
 
-def test_missing_peer_times_out_with_names():
-    results = mp.run_world(3, missing_peer, pg_timeout_s=3, timeout=120)
+def test_missing_peer_times_out_with_names(transport):
+    results = mp.run_world(3, missing_peer, pg_timeout_s=3, timeout=120, transport=transport)
     for rank, res in enumerate(results[:-1]):
         assert res != "no error", f"rank {rank} did not fail"
         elapsed, msg, elapsed2, again = res
@@ -181,7 +186,7 @@ def late_wait(rank, p):
     return msg
 
 
-def test_wait_timeout_names_peer():
-    msg = mp.run_world(2, late_wait, pg_timeout_s=30)[0]
+def test_wait_timeout_names_peer(transport):
+    msg = mp.run_world(2, late_wait, pg_timeout_s=30, transport=transport)[0]
     assert "ringcoll::allreduce #1 (rank 0 of 2)" in msg and "timed out after 1000 ms" in msg, msg
     assert "waiting for rank 1" in msg, msg

@@ -127,5 +127,5 @@ def fp8_allreduce(rank, p):
     return f
 
 
-def test_fp8_allreduce_cpu():
-    mp.run_checks(3, fp8_allreduce)
+def test_fp8_allreduce_cpu(transport):
+    mp.run_checks(3, fp8_allreduce, transport=transport)

@@ -161,50 +161,6 @@ void Execution::collectSends(Channel& c, size_t ci) {
   }
 }
 
-bool Execution::progressWaves() {
-  const auto& waves = plan_.waves;
-  // Post the next wave, at most one ahead of the consumed ones, once every transfer
-  // in it is ready: one batch, the same on every rank.
-  if (wavePosted_ < waves.size() && wavePosted_ <= waveConsumed_ + 1) {
-    const auto& w = waves[wavePosted_];
-    bool ready = true;
-    for (uint32_t i : w) ready = ready && this->ready(plan_.ops[i]);
-    if (ready) {
-      for (uint32_t i : w) {
-        const PlanOp& op = plan_.ops[i];
-        const bool posted = op.kind == OpKind::kSend
-            ? transport_.trySend(op.peer, at(op), bytes(op))
-            : transport_.tryPostRecv(op.peer, op.kind == OpKind::kRecvCopy ? at(op) : nullptr,
-                                     bytes(op));
-        RC_ASSERT(posted, "a stream-ordered transport refused a post");
-        state_[i] = 1;
-      }
-      transport_.flush();
-      // Done once enqueued: whatever later writes these elements is ordered after the
-      // batch on the device.
-      for (uint32_t i : w) {
-        if (plan_.ops[i].kind == OpKind::kSend) setDone(i);
-      }
-      ++wavePosted_;
-      return true;
-    }
-  }
-  if (waveConsumed_ < wavePosted_) {
-    for (uint32_t i : waves[waveConsumed_]) {
-      const PlanOp& op = plan_.ops[i];
-      if (op.kind == OpKind::kSend) continue;
-      const void* view = transport_.recvView(op.peer);
-      RC_ASSERT(view != nullptr, "a stream-ordered transport has no view of a posted receive");
-      consume(op, view);
-      transport_.releaseRecv(op.peer);
-      setDone(i);
-    }
-    ++waveConsumed_;
-    return true;
-  }
-  return runFinishes();
-}
-
 bool Execution::progress() {
   const size_t before = remaining_;
   waitPeer_ = -1;

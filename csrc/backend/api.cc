@@ -1,0 +1,244 @@
+// The c10d API of RingcollBackend: each method checks its arguments once (on the
+// calling thread, so every rank that sees a bad argument raises before anything is
+// sent) and hands launch() the collective's staged body: the working buffer and
+// the job, then what to copy back once the job is done.
+#include "backend/backend.h"
+
+#include "backend/checks.h"
+#include "common/errors.h"
+
+namespace ringcoll {
+
+namespace {
+// Flat contiguous view of t's memory when t is contiguous, else a contiguous copy;
+// the caller copies results back with writeBack().
+at::Tensor flatWorking(const at::Tensor& t) { return t.contiguous().view({-1}); }
+
+void writeBack(at::Tensor& dst, const at::Tensor& flat) {
+  if (dst.numel() == 0) return;
+  if (dst.is_contiguous() && dst.data_ptr() == flat.data_ptr()) return;
+  dst.copy_(flat.view(dst.sizes()));
+}
+
+size_t bytesOf(const at::Tensor& t) { return t.numel() * t.element_size(); }
+
+// The reduce-scatter result: the range the schedule says this rank keeps.
+void copyResult(at::Tensor& out, const at::Tensor& work, const algo::Range& result) {
+  if (out.numel()) {
+    out.copy_(work.narrow(0, static_cast<int64_t>(result.begin),
+                          static_cast<int64_t>(result.size())).view(out.sizes()));
+  }
+}
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  const char* op = "allreduce";
+  at::Tensor t = checks::single(op, tensors, "input");
+  const DType dtype = checks::tensorDType(op, t, "input");
+  const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
+  return launch(c10d::OpType::ALLREDUCE, op, {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
+                [this, t, dtype, red](algo::Executor& ex) {
+                  at::Tensor flat = flatWorking(t);
+                  return Staged{algo::allreduce(algorithm_, params(flat.numel()),
+                                                flat.data_ptr(), dtype, red, ex.reducer()),
+                                [t, flat]() mutable { writeBack(t, flat); }};
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  const char* op = "allreduce_coalesced";
+  TORCH_CHECK(!tensors.empty(), "ringcoll::", op, ": no tensors given");
+  const DType dtype = checks::tensorDType(op, tensors[0], "tensor 0");
+  size_t bytes = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    checks::tensorDType(op, tensors[i], "tensor");
+    TORCH_CHECK(tensors[i].scalar_type() == tensors[0].scalar_type(), "ringcoll::", op,
+                ": tensor ", i, " has dtype ", tensors[i].scalar_type(),
+                " but tensor 0 has dtype ", tensors[0].scalar_type());
+    bytes += bytesOf(tensors[i]);
+  }
+  const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
+  std::vector<at::Tensor> ts = tensors;
+  return launch(c10d::OpType::ALLREDUCE_COALESCED, op, ts, ts, bytes, opTimeout(opts.timeout),
+                [this, ts, dtype, red](algo::Executor& ex) {
+                  std::vector<at::Tensor> flats;
+                  for (auto& t : ts) flats.push_back(t.reshape({-1}));
+                  at::Tensor flat = at::cat(flats);
+                  return Staged{algo::allreduce(algorithm_, params(flat.numel()),
+                                                flat.data_ptr(), dtype, red, ex.reducer()),
+                                [ts, flat]() mutable {
+                                  int64_t off = 0;
+                                  for (auto& t : ts) {
+                                    writeBack(t, flat.narrow(0, off, t.numel()));
+                                    off += t.numel();
+                                  }
+                                }};
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce(std::vector<at::Tensor>& tensors,
+                                                       const c10d::ReduceOptions& opts) {
+  const char* op = "reduce";
+  at::Tensor t = checks::single(op, tensors, "input");
+  const DType dtype = checks::tensorDType(op, t, "input");
+  checks::rootInRange(op, opts.rootRank, getSize());
+  const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
+  const bool isRoot = opts.rootRank == getRank();
+  // An all-reduce whose result only the root keeps: non-roots work on a copy so
+  // their input is left as it was.
+  return launch(c10d::OpType::REDUCE, op, {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
+                [this, t, dtype, red, isRoot](algo::Executor& ex) {
+                  at::Tensor flat = isRoot ? flatWorking(t) : t.reshape({-1}).clone();
+                  return Staged{algo::allreduce(algorithm_, params(flat.numel()),
+                                                flat.data_ptr(), dtype, red, ex.reducer()),
+                                [t, flat, isRoot]() mutable {
+                                  if (isRoot) writeBack(t, flat);
+                                }};
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
+    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  const char* op = "broadcast";
+  at::Tensor t = checks::single(op, tensors, "input");
+  const DType dtype = checks::tensorDType(op, t, "input");
+  checks::rootInRange(op, opts.rootRank, getSize());
+  const int root = static_cast<int>(opts.rootRank);
+  return launch(c10d::OpType::BROADCAST, op, {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
+                [this, t, dtype, root](algo::Executor&) {
+                  at::Tensor flat = flatWorking(t);
+                  return Staged{algo::broadcast(algorithm_,
+                                                params(flat.numel() * elementSize(dtype), root),
+                                                flat.data_ptr()),
+                                [t, flat]() mutable { writeBack(t, flat); }};
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  const char* op = "all_gather_into_tensor";
+  checks::basePair(op, output, "output", input, "input", getSize());
+  const DType dtype = checks::tensorDType(op, input, "input");
+  at::Tensor out = output;
+  at::Tensor in = input;
+  return launch(c10d::OpType::_ALLGATHER_BASE, op, {in}, {out}, bytesOf(out),
+                opTimeout(opts.timeout), [this, out, in, dtype](algo::Executor&) {
+                  at::Tensor flat = flatWorking(out);
+                  const algo::Range mine =
+                      algo::blockRange(flat.numel(), getSize(), getRank());
+                  flat.narrow(0, mine.begin, mine.size()).copy_(in.reshape({-1}));
+                  return Staged{algo::allgather(algorithm_, params(flat.numel()),
+                                                flat.data_ptr(), dtype),
+                                [out, flat]() mutable { writeBack(out, flat); }};
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const char* op = "allgather";
+  at::Tensor in = checks::single(op, inputs, "input");
+  const DType dtype = checks::tensorDType(op, in, "input");
+  std::vector<at::Tensor> outs =
+      checks::perRankList(op, outputs, "output", getSize(), in, "the input");
+  return launch(c10d::OpType::ALLGATHER, op, {in}, outs, bytesOf(in) * outs.size(),
+                opTimeout(opts.timeout), [this, outs, in, dtype](algo::Executor&) {
+                  const int64_t m = in.numel();
+                  at::Tensor flat = at::empty({m * static_cast<int64_t>(outs.size())},
+                                              in.options());
+                  flat.narrow(0, getRank() * m, m).copy_(in.reshape({-1}));
+                  return Staged{algo::allgather(algorithm_, params(flat.numel()),
+                                                flat.data_ptr(), dtype),
+                                [outs, flat, m]() mutable {
+                                  for (size_t i = 0; i < outs.size(); ++i) {
+                                    if (m) outs[i].copy_(flat.narrow(0, i * m, m)
+                                                             .view(outs[i].sizes()));
+                                  }
+                                }};
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  const char* op = "reduce_scatter_tensor";
+  checks::basePair(op, input, "input", output, "output", getSize());
+  const DType dtype = checks::tensorDType(op, input, "input");
+  const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
+  at::Tensor out = output;
+  at::Tensor in = input;
+  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op, {in}, {out}, bytesOf(in),
+                opTimeout(opts.timeout), [this, out, in, dtype, red](algo::Executor& ex) {
+                  // The schedule reduces in place, so it works on a copy of the input.
+                  at::Tensor work = in.reshape({-1}).clone();
+                  algo::Job job = algo::reduceScatter(algorithm_, params(work.numel()),
+                                                      work.data_ptr(), dtype, red,
+                                                      ex.reducer());
+                  const algo::Range result = job.schedule.result;
+                  return Staged{std::move(job), [out, work, result]() mutable {
+                                  copyResult(out, work, result);
+                                }};
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  const char* op = "reduce_scatter";
+  at::Tensor out = checks::single(op, outputs, "output");
+  const DType dtype = checks::tensorDType(op, out, "output");
+  std::vector<at::Tensor> ins =
+      checks::perRankList(op, inputs, "input", getSize(), out, "the output");
+  const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
+  return launch(c10d::OpType::REDUCE_SCATTER, op, ins, {out}, bytesOf(out) * ins.size(),
+                opTimeout(opts.timeout), [this, out, ins, dtype, red](algo::Executor& ex) {
+                  std::vector<at::Tensor> flats;
+                  for (auto& t : ins) flats.push_back(t.reshape({-1}));
+                  at::Tensor work = at::cat(flats);
+                  algo::Job job = algo::reduceScatter(algorithm_, params(work.numel()),
+                                                      work.data_ptr(), dtype, red,
+                                                      ex.reducer());
+                  const algo::Range result = job.schedule.result;
+                  return Staged{std::move(job), [out, work, result]() mutable {
+                                  copyResult(out, work, result);
+                                }};
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::barrier(const c10d::BarrierOptions& opts) {
+  const char* op = "barrier";
+  return launch(c10d::OpType::BARRIER, op, {}, {}, static_cast<size_t>(getSize()),
+                opTimeout(opts.timeout), [this](algo::Executor&) {
+                  at::Tensor scratch = at::zeros({getSize()}, at::kByte);
+                  return Staged{algo::barrier(algorithm_, params(0), scratch.data_ptr()),
+                                [scratch] {}};
+                });
+}
+
+// User point-to-point goes straight to the gloo group: it is not a collective and
+// has no schedule. ringcoll's own traffic uses kInternalTag, which users may not.
+c10::intrusive_ptr<c10d::Work> RingcollBackend::send(std::vector<at::Tensor>& tensors,
+                                                     int dstRank, int tag) {
+  TORCH_CHECK(tag != kInternalTag, "ringcoll::send: tag ", tag,
+              " is reserved for ringcoll's collectives");
+  checks::rootInRange("send", dstRank, getSize());
+  return p2p_->send(tensors, dstRank, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::recv(std::vector<at::Tensor>& tensors,
+                                                     int srcRank, int tag) {
+  TORCH_CHECK(tag != kInternalTag, "ringcoll::recv: tag ", tag,
+              " is reserved for ringcoll's collectives");
+  checks::rootInRange("recv", srcRank, getSize());
+  return p2p_->recv(tensors, srcRank, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::recvAnysource(
+    std::vector<at::Tensor>& tensors, int tag) {
+  TORCH_CHECK(tag != kInternalTag, "ringcoll::recv: tag ", tag,
+              " is reserved for ringcoll's collectives");
+  return p2p_->recvAnysource(tensors, tag);
+}
+
+}  // namespace ringcoll
