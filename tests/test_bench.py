@@ -72,13 +72,13 @@ class _Done:
         return True
 
 
-def _fake_case(seconds, log):
-    """A stand-in collective that takes `seconds` on this rank and counts its calls
-    (it never communicates, so a count that differs between ranks shows as a
-    difference in `log`, not as a hang)."""
+def _fake_case(seconds, log, fast_first=0):
+    """A stand-in collective that takes `seconds` on this rank (after `fast_first`
+    instant calls) and counts its calls (it never communicates, so a count that
+    differs between ranks shows as a difference in `log`, not as a hang)."""
     def run():
         log.append(1)
-        if seconds:
+        if seconds and len(log) > fast_first:
             time.sleep(seconds)
         return _Done()
     return records.Case(run, torch.zeros(1), None, lambda: None)
@@ -92,20 +92,50 @@ def ranks_agree_on_counts(rank, p):
     cases = {"slow": _fake_case(2e-3 * rank, slow), "fast": _fake_case(0, fast)}
     args = SimpleNamespace(warmup=3, budget=0.04, runs=2, iters=2, max_calls=500)
     got = runner.measure(cases, args, "cpu", None)
-    return proposals, worst.tolist(), len(slow), len(fast), got
+    # fast through the warm-up, then 2 ms a call: run 1 takes the cap (20 calls,
+    # >= 40 ms of a 0.1 s budget); runs 2 and 3 must then use the new estimate and
+    # what is left of the budget (<= 15 calls, then <= 20), never 20 + 20 + 20
+    late = []
+    args = SimpleNamespace(warmup=3, budget=0.1, runs=3, iters=2, max_calls=20)
+    _, late_calls = runner.measure({"late": _fake_case(2e-3, late, 3)}, args, "cpu", None)["late"]
+    return proposals, worst.tolist(), len(slow), len(fast), got, late_calls
 
 
-def test_ranks_agree_on_call_counts_and_report_the_slowest():
-    results = mp.run_world(2, ranks_agree_on_counts, init_backend="gloo")
-    for proposals, worst, _, _, _ in results:
+def bad_transport_reaches_ringcoll():
+    try:
+        runner.make_groups(["ringcoll"], "cpu", transport="no-such-transport")
+    except Exception as e:  # noqa: BLE001 - whatever ringcoll raises for a bad knob
+        return str(e)
+    return None
+
+
+def runner_in_a_world(rank, p):
+    return ranks_agree_on_counts(rank, p), bad_transport_reaches_ringcoll()
+
+
+@pytest.fixture(scope="module")
+def world_results():
+    """One 2-rank gloo world for the runner's tests (a world costs seconds to start)."""
+    return mp.run_world(2, runner_in_a_world, init_backend="gloo")
+
+
+def test_transport_is_passed_to_ringcoll(world_results):
+    for _, err in world_results:
+        assert err is not None and "no-such-transport" in err
+
+
+def test_ranks_agree_on_call_counts_and_report_the_slowest(world_results):
+    results = [agreement for agreement, _ in world_results]
+    for proposals, worst, _, _, _, late_calls in results:
         assert proposals == [10, 99]
         assert worst == [[1.0, 3.0]]
-    (_, _, slow0, fast0, got0), (_, _, slow1, fast1, got1) = results
+        assert 20 + 2 + 2 <= late_calls < 3 * 20  # a slow run shrinks the runs after it
+    (_, _, slow0, fast0, got0, _), (_, _, slow1, fast1, got1, _) = results
     assert (slow0, fast0) == (slow1, fast1)  # every rank made the same number of calls
     assert got0 == got1
     (slow_runs, slow_calls), (fast_runs, fast_calls) = got0["slow"], got0["fast"]
-    assert 2 <= slow_calls <= 10 and fast_calls == 500  # 0.04 s / 2 runs / 2 ms; the cap
-    assert slow0 == 3 + 2 * slow_calls and fast0 == 3 + 2 * 500
+    assert 2 * 2 <= slow_calls <= 20 and fast_calls == 2 * 500  # 0.04 s / 2 ms; the cap
+    assert slow0 == 3 + slow_calls and fast0 == 3 + fast_calls
     assert len(slow_runs) == 2 and min(slow_runs) >= 2e-3  # rank 1's time, not rank 0's
     assert max(fast_runs) < 1e-3
 
@@ -209,19 +239,6 @@ def test_check_catches_a_wrong_result():
             assert corrupted == 1, name
 
 
-def bad_transport_reaches_ringcoll(rank, p):
-    try:
-        runner.make_groups(["ringcoll"], "cpu", transport="no-such-transport")
-    except Exception as e:  # noqa: BLE001 - whatever ringcoll raises for a bad knob
-        return str(e)
-    return None
-
-
-def test_transport_is_passed_to_ringcoll():
-    for err in mp.run_world(2, bad_transport_reaches_ringcoll, init_backend="gloo"):
-        assert err is not None and "no-such-transport" in err
-
-
 def test_end_to_end_tiny(tmp_path, capsys):
     rc = main(["-b", "8", "-e", "1K", "-f", "128", "--nproc", "2", "--budget", "0.01",
                "-n", "3", "-R", "2", "-w", "1", "--transport", "gloo",
@@ -238,6 +255,6 @@ def test_end_to_end_tiny(tmp_path, capsys):
     assert {r["size"] for r in data["results"]} >= {8, 1024}
     ms = [r[k] for r in data["results"] for k in ("oop", "ip") if r[k]]
     assert len(ms) == 2 * 2 * 5  # 2 backends x 2 sizes x (1 + 2 + 2 placements)
-    assert all(m["wrong"] == 0 and m["calls"] >= 3 and len(m["runs_us"]) == 2 for m in ms)
+    assert all(m["wrong"] == 0 and m["calls"] >= 2 * 3 and len(m["runs_us"]) == 2 for m in ms)
     assert all(m["time_min_us"] <= m["time_us"] <= m["time_max_us"] for m in ms)
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"

@@ -11,10 +11,11 @@ busbw); writes JSON, CSV and a PNG plot.
 
 Method (ringcoll/bench/runner.py has the details and the reasons): every call is
 issued and waited for on its own and timed alone. Per point (size, collective,
-placement, backend): -w warm-up calls, whose median sets how many calls fill the
---budget over -R runs (at least -n, at most --max-calls per run; the ranks agree on
-one count); each run's figure is the median per-call time, the slowest rank's per
-run; a point is the median over runs, with the min-max of the runs as its spread.
+placement, backend): -w warm-up calls estimate the cost of a call; before each of
+the -R runs the ranks agree on how many calls fill what is left of --budget (at
+least -n, at most --max-calls per run); each run's figure is the median per-call
+time, the slowest rank's per run; a point is the median over runs, with the
+min-max of the runs as its spread.
 Backends alternate run by run. Rank 0 also measures the single-core memcpy rate
 (64 MiB float32 copy_), printed and plotted as the physical reference.
 """
@@ -64,8 +65,8 @@ def parse_args(argv=None):
     ap.add_argument("--max-calls", type=int, default=10000,
                     help="maximum timed calls per run; default 10000")
     ap.add_argument("-w", "--warmup", type=int, default=5,
-                    help="warm-up calls per point (at least 1); their median per-call time "
-                         "sets the calls per run; default 5")
+                    help="warm-up calls per point (at least 1); their mean per-call time "
+                         "(the first left out) sets the first run's calls; default 5")
     ap.add_argument("-c", "--check", type=int, default=1,
                     help="1: count wrong elements (#wrong) after timing, 0: skip")
     ap.add_argument("--collectives", default="all_reduce,reduce_scatter,all_gather",

@@ -5,7 +5,8 @@ A row is a dict: backend, collective, nproc, device, transport (ringcoll's, None
 for other backends), dtype, op, size, count, root, and `oop` / `ip` (out-of-place /
 in-place), each None or a measurement (records.measurement): time_us (median over
 runs of the slowest rank's per-call median), time_min_us / time_max_us (the spread:
-min-max of the runs), algbw, busbw, busbw_min, busbw_max (GB/s), calls (per run),
+min-max of the runs), algbw, busbw, busbw_min, busbw_max (GB/s), calls (timed
+calls, all runs),
 runs_us (the per-run times) and wrong.
 """
 

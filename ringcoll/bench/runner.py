@@ -2,17 +2,20 @@
 processes, their timed runs interleaved so all backends see the same machine noise.
 
 Method, per point (one size, collective and placement, for every backend):
- 1. Warm-up: `warmup` synchronous calls per backend, each timed; their median is
-    this rank's calibration time for that backend.
- 2. Count: each rank proposes `calls_per_run(budget, runs, calibration, min, max)`
-    and the ranks take the smallest proposal (all_reduce MIN over the gloo meta
-    group): every rank makes the same number of calls (a collective called a
-    different number of times on two ranks would hang or mismatch), and the slowest
-    rank's calibration is the one that must fit the budget.
- 3. `runs` runs; in each, every backend in turn (the order rotates per run): a
-    barrier on the meta group, then `count` calls, each issued and waited for on its
-    own and timed alone. The run's figure on a rank is the median of its per-call
-    times.
+ 1. Warm-up: `warmup` synchronous calls per backend, each timed; their mean (the
+    first call left out) estimates what a call costs. The mean, not the median:
+    the estimate is there to predict how long a run will take, tail included.
+ 2. Runs: `runs` of them. Before each, every rank proposes, per backend,
+    `calls_per_run(budget left, runs left, estimate, min, max)` and the ranks take
+    the smallest proposal (all_reduce MIN over the gloo meta group): every rank
+    makes the same number of calls (a collective called a different number of
+    times on two ranks would hang or mismatch), the slowest rank's estimate is the
+    one that must fit the budget, and a run slower than the warm-up foretold
+    shrinks the runs after it instead of overrunning the budget many times.
+ 3. In each run, every backend in turn (the order rotates per run): a barrier on
+    the meta group, then the agreed number of calls, each issued and waited for on
+    its own and timed alone. The run's figure on a rank is the median of its
+    per-call times; its mean becomes the next estimate.
  4. Per run, the slowest rank's figure (all_reduce MAX). The point reports the
     median over runs and their min-max as the spread.
 
@@ -114,24 +117,31 @@ def time_calls(run, n: int, device: str) -> list[float]:
 
 
 def measure(cases: dict, args, device: str, meta) -> dict:
-    """{backend: (per-run seconds of the slowest rank, calls per run)} for one point;
-    `cases` maps backend -> records.Case, the same point for every backend. Every
-    rank must call this with the same backends in the same order."""
+    """{backend: (per-run seconds of the slowest rank, timed calls in all runs)} for
+    one point; `cases` maps backend -> records.Case, the same point for every
+    backend. Every rank must call this with the same backends in the same order."""
     names = list(cases)
-    proposals = []
+    est, spent = [], [0.0] * len(names)
     for b in names:
         warm = time_calls(cases[b].run, max(1, args.warmup), device)
-        proposals.append(calls_per_run(args.budget, args.runs, statistics.median(warm),
-                                       args.iters, args.max_calls))
-    counts = agree_calls(proposals, meta)
+        warm = warm[1:] or warm  # the first call may carry one-time costs
+        est.append(sum(warm) / len(warm))
     per_run = torch.zeros(len(names), args.runs, dtype=torch.float64)
+    calls = [0] * len(names)
     for i in range(args.runs):
+        counts = agree_calls([calls_per_run(max(0.0, args.budget - spent[j]), args.runs - i,
+                                            est[j], args.iters, args.max_calls)
+                              for j in range(len(names))], meta)
         for k in range(len(names)):
             j = (i + k) % len(names)  # rotate who goes first after the barrier
             dist.barrier(group=meta)
-            per_run[j, i] = statistics.median(time_calls(cases[names[j]].run, counts[j], device))
+            ts = time_calls(cases[names[j]].run, counts[j], device)
+            per_run[j, i] = statistics.median(ts)
+            spent[j] += sum(ts)
+            est[j] = sum(ts) / len(ts)
+            calls[j] += counts[j]
     worst = slowest_rank(per_run, meta)
-    return {b: (worst[j].tolist(), counts[j]) for j, b in enumerate(names)}
+    return {b: (worst[j].tolist(), calls[j]) for j, b in enumerate(names)}
 
 
 def check(case, meta):
