@@ -15,9 +15,9 @@ placement, backend): -w warm-up calls estimate the cost of a call; before each o
 the -R runs the ranks agree on how many calls fill what is left of --budget (at
 least -n, at most --max-calls per run); each run's figure is the median per-call
 time, the slowest rank's per run; a point is the median over runs, with the
-min-max of the runs as its spread.
-Backends alternate run by run. Rank 0 also measures the single-core memcpy rate
-(64 MiB float32 copy_), printed and plotted as the physical reference.
+min-max of the runs as its spread. Backends alternate run by run. Rank 0 also
+measures the single-core memcpy rate (64 MiB float32 copy_, one thread), printed
+and plotted as the physical reference.
 """
 
 from __future__ import annotations
