@@ -1,16 +1,20 @@
-"""The benchmark: formulas, sweep, writers, plot, the #wrong check, and one tiny
-end-to-end run with 2 processes."""
+"""The benchmark: formulas, sweep, the call-count budget and its agreement across
+ranks, writers, plot, the #wrong check, and one tiny end-to-end run with 2
+processes."""
 
 from __future__ import annotations
 
 import csv
 import json
+import math
+import time
+from types import SimpleNamespace
 
 import pytest
 import torch
 import torch.distributed as dist
 
-from ringcoll.bench import main, records, report
+from ringcoll.bench import main, records, report, runner
 from tests import mp
 
 
@@ -40,45 +44,181 @@ def test_sweep_and_sizes():
     assert records.count_for(records.RECORDS["all_reduce"], 100, 3, 4) == 25
 
 
+def test_measurement_is_median_of_runs_with_min_max_spread():
+    m = records.measurement("all_reduce", 8_000, 2, [2e-3, 1e-3, 4e-3], calls=7, wrong=0)
+    assert m["time_us"] == pytest.approx(2000) and m["calls"] == 7
+    assert (m["time_min_us"], m["time_max_us"]) == (pytest.approx(1000), pytest.approx(4000))
+    assert m["runs_us"] == [pytest.approx(2000), pytest.approx(1000), pytest.approx(4000)]
+    assert m["busbw"] == pytest.approx(8_000 / 2e-3 / 1e9)
+    assert m["busbw_min"] == pytest.approx(8_000 / 4e-3 / 1e9)  # the slowest run
+    assert m["busbw_max"] == pytest.approx(8_000 / 1e-3 / 1e9)
+    with pytest.raises(ValueError):
+        records.measurement("all_reduce", 8, 2, [], calls=1, wrong=0)
+
+
+def test_calls_per_run_fills_the_budget_within_bounds():
+    assert runner.calls_per_run(1.0, 5, 1e-3, 5, 10_000) == 200
+    assert runner.calls_per_run(1.0, 5, 1e-3, 5, 100) == 100  # the cap
+    assert runner.calls_per_run(1.0, 5, 0.5, 5, 100) == 5  # the minimum beats the budget
+    assert runner.calls_per_run(0.0, 5, 1e-3, 3, 100) == 3
+    assert runner.calls_per_run(1.0, 5, 0.0, 3, 100) == 100  # unmeasurably fast
+    assert runner.calls_per_run(1.0, 5, math.inf, 3, 100) == 100
+    counts = [runner.calls_per_run(1.0, 3, t, 1, 10**6) for t in (1e-6, 1e-5, 1e-4, 1e-3, 1e-1)]
+    assert counts == sorted(counts, reverse=True) and counts[0] > counts[-1]
+
+
+class _Done:
+    def wait(self):
+        return True
+
+
+def _fake_case(seconds, log, fast_first=0):
+    """A stand-in collective that takes `seconds` on this rank (after `fast_first`
+    instant calls) and counts its calls (it never communicates, so a count that
+    differs between ranks shows as a difference in `log`, not as a hang)."""
+    def run():
+        log.append(1)
+        if seconds and len(log) > fast_first:
+            time.sleep(seconds)
+        return _Done()
+    return records.Case(run, torch.zeros(1), None, lambda: None)
+
+
+def ranks_agree_on_counts(rank, p):
+    proposals = runner.agree_calls([10 + 5 * rank, 100 - rank], None)
+    worst = runner.slowest_rank(torch.tensor([[float(rank), 3.0 - rank]]), None)
+    slow, fast = [], []
+    # rank 1 is 2 ms per call, rank 0 free: rank 1's calibration sets the count
+    cases = {"slow": _fake_case(2e-3 * rank, slow), "fast": _fake_case(0, fast)}
+    args = SimpleNamespace(warmup=3, budget=0.04, runs=2, iters=2, max_calls=500)
+    got = runner.measure(cases, args, "cpu", None)
+    # fast through the warm-up, then 2 ms a call: run 1 takes the cap (20 calls,
+    # >= 40 ms of a 0.1 s budget); runs 2 and 3 must then use the new estimate and
+    # what is left of the budget (<= 15 calls, then <= 20), never 20 + 20 + 20
+    late = []
+    args = SimpleNamespace(warmup=3, budget=0.1, runs=3, iters=2, max_calls=20)
+    _, late_calls = runner.measure({"late": _fake_case(2e-3, late, 3)}, args, "cpu", None)["late"]
+    return proposals, worst.tolist(), len(slow), len(fast), got, late_calls
+
+
+def bad_transport_reaches_ringcoll():
+    try:
+        runner.make_groups(["ringcoll"], "cpu", transport="no-such-transport")
+    except Exception as e:  # noqa: BLE001 - whatever ringcoll raises for a bad knob
+        return str(e)
+    return None
+
+
+def runner_in_a_world(rank, p):
+    return ranks_agree_on_counts(rank, p), bad_transport_reaches_ringcoll()
+
+
+@pytest.fixture(scope="module")
+def world_results():
+    """One 2-rank gloo world for the runner's tests (a world costs seconds to start)."""
+    return mp.run_world(2, runner_in_a_world, init_backend="gloo")
+
+
+def test_transport_is_passed_to_ringcoll(world_results):
+    for _, err in world_results:
+        assert err is not None and "no-such-transport" in err
+
+
+def test_ranks_agree_on_call_counts_and_report_the_slowest(world_results):
+    results = [agreement for agreement, _ in world_results]
+    for proposals, worst, _, _, _, late_calls in results:
+        assert proposals == [10, 99]
+        assert worst == [[1.0, 3.0]]
+        assert 20 + 2 + 2 <= late_calls < 3 * 20  # a slow run shrinks the runs after it
+    (_, _, slow0, fast0, got0, _), (_, _, slow1, fast1, got1, _) = results
+    assert (slow0, fast0) == (slow1, fast1)  # every rank made the same number of calls
+    assert got0 == got1
+    (slow_runs, slow_calls), (fast_runs, fast_calls) = got0["slow"], got0["fast"]
+    assert 2 * 2 <= slow_calls <= 20 and fast_calls == 2 * 500  # 0.04 s / 2 ms; the cap
+    assert slow0 == 3 + slow_calls and fast0 == 3 + fast_calls
+    assert len(slow_runs) == 2 and min(slow_runs) >= 2e-3  # rank 1's time, not rank 0's
+    assert max(fast_runs) < 1e-3
+
+
+def test_memcpy_reference_is_a_rate_and_restores_threads():
+    threads = torch.get_num_threads()
+    gbps = runner.memcpy_gbps(nbytes=4 << 20, repeats=3)
+    assert 0.1 < gbps < 1000 and torch.get_num_threads() == threads
+
+
+def _m(t_us, runs, wrong=0):
+    return records.measurement("all_reduce", 1000, 2, [r * 1e-6 for r in runs], calls=10,
+                               wrong=wrong) | {"time_us": t_us}
+
+
 def _rows():
-    m = lambda t, w=0: {"time_us": t, "algbw": 1.0 / t, "busbw": 2.0 / t, "wrong": w}  # noqa: E731
     rows = []
-    for backend, t in (("ringcoll", 1.0), ("gloo", 2.0)):
+    for backend, t, spread in (("ringcoll", 1.0, (0.5, 1.0, 1.5)), ("gloo", 2.0, (1, 1, 1))):
         for size in (8, 1024):
+            runs = [t * size * k for k in spread]
             rows.append({"backend": backend, "collective": "all_reduce", "nproc": 2,
-                         "device": "cpu", "dtype": "float32", "op": "sum", "size": size,
-                         "count": size // 4, "root": -1, "oop": None, "ip": m(t * size)})
+                         "device": "cpu", "transport": "auto" if backend == "ringcoll" else None,
+                         "dtype": "float32", "op": "sum", "size": size, "count": size // 4,
+                         "root": -1, "oop": None, "ip": _m(t * size, runs)})
             rows.append({"backend": backend, "collective": "all_gather", "nproc": 2,
-                         "device": "cpu", "dtype": "float32", "op": "none", "size": size,
-                         "count": size // 4, "root": -1, "oop": m(t * size, 3),
-                         "ip": m(t * size)})
+                         "device": "cpu", "transport": "auto" if backend == "ringcoll" else None,
+                         "dtype": "float32", "op": "none", "size": size, "count": size // 4,
+                         "root": -1, "oop": _m(t * size, runs, 3), "ip": _m(t * size, runs)})
     return rows
 
 
-def test_tables_and_comparison():
+def test_tables_and_comparison_with_spread():
     rows = _rows()
     text = report.tables(rows)
-    assert "# ringcoll all_reduce, 2 processes, cpu" in text
-    assert "#wrong" in text and "out-of-place" in text and "in-place" in text
+    assert "# ringcoll (transport auto) all_reduce, 2 processes, cpu" in text
+    assert "# gloo all_reduce, 2 processes, cpu" in text
+    assert "#wrong" in text and "min-max(us)" in text and "in-place" in text
+    assert "4.0-12.0" in text  # ringcoll 8 B: runs 4, 8, 12 us
     comp = report.comparison(rows)
     assert len(comp) == 4
     assert all(c["ratio"] == pytest.approx(2.0) for c in comp)  # ringcoll twice as fast
-    assert "busbw ratio" in report.comparison_table(rows)
+    # paired runs: gloo 2t over ringcoll (0.5t, t, 1.5t) -> 4, 2, 4/3
+    assert all(c["ratio_min"] == pytest.approx(4 / 3) for c in comp)
+    assert all(c["ratio_max"] == pytest.approx(4.0) for c in comp)
+    table = report.comparison_table(rows)
+    assert "busbw ratio" in table and "1.33-4.00" in table
+
+
+def test_ratio_spread_pairs_runs_or_falls_back_to_widest_bounds():
+    assert report.ratio_spread([2, 4], [1, 4]) == (1.0, 2.0)
+    assert report.ratio_spread([2, 4], [1, 2, 4]) == (0.5, 4.0)
+    assert all(math.isnan(x) for x in report.ratio_spread([], [1]))
 
 
 def test_json_csv_plot(tmp_path):
     rows = _rows()
-    report.write_json(tmp_path / "r.json", rows, {"command": "x"})
+    report.write_json(tmp_path / "r.json", rows, {"command": "x", "memcpy_gbps": 10.0})
     data = json.loads((tmp_path / "r.json").read_text())
-    assert data["meta"]["command"] == "x" and len(data["results"]) == len(rows)
-    assert len(data["comparison"]) == 4
+    assert data["meta"]["memcpy_gbps"] == 10.0 and len(data["results"]) == len(rows)
+    assert len(data["comparison"]) == 4 and "ratio_min" in data["comparison"][0]
+    assert len(data["results"][0]["ip"]["runs_us"]) == 3
     report.write_csv(tmp_path / "r.csv", rows)
     with open(tmp_path / "r.csv") as f:
         table = list(csv.DictReader(f))
     assert len(table) == len(rows) and table[1]["oop_wrong"] == "3"
     assert table[0]["oop_time_us"] == ""  # all_reduce has no out-of-place
-    report.write_plot(tmp_path / "r.png", rows)
+    assert float(table[0]["ip_time_min_us"]) == pytest.approx(4.0)
+    assert float(table[0]["ip_busbw_min"]) < float(table[0]["ip_busbw"])
+    assert table[0]["transport"] == "auto" and table[4]["transport"] == ""  # gloo
+    report.write_plot(tmp_path / "r.png", rows, memcpy_gbps=10.0)
     assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_panels_and_bands():
+    panels = report.plot_series(_rows())
+    assert list(panels) == ["all_reduce", "all_gather"]  # sweep order, one panel each
+    for series in panels.values():
+        assert [s["backend"] for s in series] == ["ringcoll", "gloo"]
+        for s in series:
+            assert s["sizes"] == [8, 1024]
+            assert all(lo <= b <= hi for lo, b, hi in zip(s["lo"], s["busbw"], s["hi"]))
+    ring = panels["all_reduce"][0]
+    assert ring["lo"][0] < ring["busbw"][0] < ring["hi"][0]  # ringcoll's runs spread
 
 
 def corrupted_output_is_counted(rank, p):
@@ -100,15 +240,21 @@ def test_check_catches_a_wrong_result():
 
 
 def test_end_to_end_tiny(tmp_path, capsys):
-    rc = main(["-b", "8", "-e", "1K", "-f", "128", "--nproc", "2", "-n", "2", "-R", "1",
-               "-w", "1", "--json", str(tmp_path / "b.json"), "--csv", str(tmp_path / "b.csv"),
+    rc = main(["-b", "8", "-e", "1K", "-f", "128", "--nproc", "2", "--budget", "0.01",
+               "-n", "3", "-R", "2", "-w", "1", "--transport", "gloo",
+               "--json", str(tmp_path / "b.json"), "--csv", str(tmp_path / "b.csv"),
                "--plot", str(tmp_path / "b.png")])
     assert rc == 0
     out = capsys.readouterr().out
+    assert "single-core memcpy" in out and "min-max" in out
     for coll in ("all_reduce", "reduce_scatter", "all_gather"):
-        assert f"# ringcoll {coll}, 2 processes, cpu" in out
+        assert f"# ringcoll (transport gloo) {coll}, 2 processes, cpu" in out
         assert f"# gloo {coll}, 2 processes, cpu" in out
     data = json.loads((tmp_path / "b.json").read_text())
+    assert data["meta"]["transport"] == "gloo" and data["meta"]["memcpy_gbps"] > 0
     assert {r["size"] for r in data["results"]} >= {8, 1024}
-    assert all((r[k] or {"wrong": 0})["wrong"] == 0 for r in data["results"] for k in ("oop", "ip"))
+    ms = [r[k] for r in data["results"] for k in ("oop", "ip") if r[k]]
+    assert len(ms) == 2 * 2 * 5  # 2 backends x 2 sizes x (1 + 2 + 2 placements)
+    assert all(m["wrong"] == 0 and m["calls"] >= 2 * 3 and len(m["runs_us"]) == 2 for m in ms)
+    assert all(m["time_min_us"] <= m["time_us"] <= m["time_max_us"] for m in ms)
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"

@@ -1,13 +1,23 @@
 """nccl-tests-style benchmark: ringcoll against the stock backend, side by side.
 
     python -m ringcoll.bench                       # default device, a few processes
-    python -m ringcoll.bench -b 8 -e 64M -f 2 --nproc 2,4 -n 10
+    python -m ringcoll.bench -b 8 -e 64M -f 2 --nproc 2,4 --budget 1 -R 5
     torchrun --nproc_per_node=4 -m ringcoll.bench  # same, under torchrun
 
 Sweeps sizes for all-reduce, reduce-scatter and all-gather; runs ringcoll and the
 baseline (gloo on CPU; NCCL and NCCL with NCCL_ALGO=Ring on GPU) in the same run;
 prints a table per backend and a comparison table (ringcoll busbw / baseline
 busbw); writes JSON, CSV and a PNG plot.
+
+Method (ringcoll/bench/runner.py has the details and the reasons): every call is
+issued and waited for on its own and timed alone. Per point (size, collective,
+placement, backend): -w warm-up calls estimate the cost of a call; before each of
+the -R runs the ranks agree on how many calls fill what is left of --budget (at
+least -n, at most --max-calls per run); each run's figure is the median per-call
+time, the slowest rank's per run; a point is the median over runs, with the
+min-max of the runs as its spread. Backends alternate run by run. Rank 0 also
+measures the single-core memcpy rate (64 MiB float32 copy_, one thread), printed
+and plotted as the physical reference.
 """
 
 from __future__ import annotations
@@ -33,8 +43,8 @@ def default_device() -> str:
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m ringcoll.bench",
-                                 description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m ringcoll.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-b", "--minbytes", type=records.parse_size, default=records.parse_size("8"),
                     help="smallest size (bytes; K/M/G suffixes), default 8")
     ap.add_argument("-e", "--maxbytes", type=records.parse_size,
@@ -44,10 +54,19 @@ def parse_args(argv=None):
     ap.add_argument("-d", "--dtype", default="float32", choices=sorted(
         ["float32", "float64", "float16", "bfloat16"]))
     ap.add_argument("-o", "--op", default="sum", choices=records.OPS)
-    ap.add_argument("-n", "--iters", type=int, default=5, help="calls per timed region")
-    ap.add_argument("-w", "--warmup", type=int, default=2, help="untimed calls first")
-    ap.add_argument("-R", "--runs", type=int, default=3,
-                    help="timed regions per size; the median is reported")
+    ap.add_argument("--budget", type=float, default=0.5, metavar="SECONDS",
+                    help="time to spend on the timed calls of one point (size, collective, "
+                         "placement, backend), all runs together; default 0.5")
+    ap.add_argument("-R", "--runs", type=int, default=5,
+                    help="timed runs per point; the median over runs is reported and their "
+                         "min-max as the spread; default 5")
+    ap.add_argument("-n", "--iters", type=int, default=5, metavar="MIN_CALLS",
+                    help="minimum timed calls per run, even past the budget; default 5")
+    ap.add_argument("--max-calls", type=int, default=10000,
+                    help="maximum timed calls per run; default 10000")
+    ap.add_argument("-w", "--warmup", type=int, default=5,
+                    help="warm-up calls per point (at least 1); their mean per-call time "
+                         "(the first left out) sets the first run's calls; default 5")
     ap.add_argument("-c", "--check", type=int, default=1,
                     help="1: count wrong elements (#wrong) after timing, 0: skip")
     ap.add_argument("--collectives", default="all_reduce,reduce_scatter,all_gather",
@@ -60,6 +79,8 @@ def parse_args(argv=None):
                          "all visible GPUs on cuda (ignored under torchrun)")
     ap.add_argument("--device", default=None, choices=["cpu", "cuda"])
     ap.add_argument("--algo", default=None, help="RINGCOLL_ALGO for the ringcoll group")
+    ap.add_argument("--transport", default="auto", choices=["auto", "shm", "gloo"],
+                    help="ringcoll's transport (ringcoll.Options(transport=...)); default auto")
     ap.add_argument("--json", default="bench-out/ringcoll-bench.json")
     ap.add_argument("--csv", default="bench-out/ringcoll-bench.csv")
     ap.add_argument("--plot", default="bench-out/ringcoll-bench.png")
@@ -78,6 +99,9 @@ def parse_args(argv=None):
         else:
             args.nproc = "2,4"
     args.nproc = [int(x) for x in args.nproc.split(",")]
+    if args.runs < 1 or args.iters < 1 or args.max_calls < args.iters or args.budget < 0:
+        ap.error(f"need -R >= 1, 1 <= -n <= --max-calls, --budget >= 0 (got -R {args.runs}, "
+                 f"-n {args.iters}, --max-calls {args.max_calls}, --budget {args.budget})")
     records.sweep(args.minbytes, args.maxbytes, args.stepfactor)  # validates
     return args
 
@@ -99,17 +123,23 @@ def _init_world(rank, p, store_path, device):
     return dist.new_group(backend="gloo")
 
 
+def _world(args, meta):
+    """One world's share of the run, on every rank: the memcpy reference (rank 0's
+    figure, nan elsewhere), then the sweep."""
+    from . import runner
+
+    gbps = runner.reference(meta)
+    return runner.sweep(args, args.device, meta), gbps
+
+
 def _spawned(rank, p, store_path, args, env, q):
     os.environ.update(env)
     try:
         import torch.distributed as dist
 
-        from . import runner
-
-        meta = _init_world(rank, p, store_path, args.device)
-        rows = runner.sweep(args, args.device, meta)
+        rows, gbps = _world(args, _init_world(rank, p, store_path, args.device))
         dist.destroy_process_group()
-        q.put((rank, "ok", rows if rank == 0 else None))
+        q.put((rank, "ok", (rows, gbps) if rank == 0 else None))
     except BaseException:  # noqa: BLE001
         import traceback
 
@@ -117,6 +147,7 @@ def _spawned(rank, p, store_path, args, env, q):
 
 
 def _spawn_world(p, args, backends, env):
+    """(rows, memcpy GB/s) of a world of p spawned processes running `backends`."""
     import copy
     import multiprocessing as mp
 
@@ -138,7 +169,10 @@ def _spawn_world(p, args, backends, env):
     return next(payload for rank, _, payload in got if rank == 0)
 
 
-def machine_meta(args, nprocs):
+def machine_meta(args, nprocs, memcpy):
+    """The JSON meta; `memcpy` maps a world's label to its memcpy GB/s."""
+    import statistics
+
     import torch
 
     import ringcoll
@@ -153,14 +187,28 @@ def machine_meta(args, nprocs):
             "host_cpus": os.cpu_count(), "memory": mem, "platform": platform.platform(),
             "torch": torch.__version__, "ringcoll_build": ringcoll.build_info(),
             "device": args.device, "nproc": nprocs, "dtype": args.dtype, "op": args.op,
-            "iters": args.iters, "warmup": args.warmup, "runs": args.runs}
+            "transport": args.transport, "algo": args.algo, "budget_s": args.budget,
+            "runs": args.runs, "min_calls": args.iters, "max_calls": args.max_calls,
+            "warmup": args.warmup,
+            "method": "per-call synchronous timing; per run the slowest rank's median "
+                      "per-call time; per point the median over runs, spread = min-max",
+            "memcpy_gbps": statistics.median(memcpy.values()) if memcpy else None,
+            "memcpy_gbps_per_world": memcpy}
 
 
 def emit(rows, args, meta):
+    per_world = ", ".join(f"{k}: {v:.2f}" for k, v in meta["memcpy_gbps_per_world"].items())
+    print(f"# physical reference: single-core memcpy (64 MiB float32 copy_, 1 thread) "
+          f"{meta['memcpy_gbps']:.2f} GB/s ({per_world})")
+    print(f"# per point: median over {args.runs} runs of the slowest rank's per-call median, "
+          f"min-max of the runs; budget {args.budget:g} s, {args.iters}-{args.max_calls} "
+          f"calls per run; ringcoll transport {args.transport}")
+    print()
     print(report.tables(rows))
     comp = report.comparison_table(rows)
     if comp:
-        print("# ringcoll busbw / baseline busbw (in-place where the collective has it)")
+        print("# ringcoll busbw / baseline busbw = baseline time / ringcoll time (in-place "
+              "where the collective has it); min-max over the paired runs")
         print(comp)
     for path in (args.json, args.csv, args.plot):
         if path and os.path.dirname(path):
@@ -170,7 +218,9 @@ def emit(rows, args, meta):
     if args.csv:
         report.write_csv(args.csv, rows)
     if args.plot:
-        report.write_plot(args.plot, rows, title=f"{args.device}, {args.dtype} {args.op}")
+        report.write_plot(args.plot, rows, memcpy_gbps=meta["memcpy_gbps"],
+                          title=f"{args.device}, {args.dtype} {args.op}, "
+                                f"ringcoll transport {args.transport}")
     wrote = [p for p in (args.json, args.csv, args.plot) if p]
     if wrote:
         print("# wrote " + ", ".join(wrote))
@@ -182,26 +232,28 @@ def main(argv=None) -> int:
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
         import torch.distributed as dist
 
-        from . import runner
-
         backends = [b for b in args.backends
                     if b != "nccl-ring" or os.environ.get("NCCL_ALGO", "").lower() == "ring"]
         args.backends = backends
         meta_group = _init_world(int(os.environ.get("LOCAL_RANK", os.environ["RANK"])),
                                  int(os.environ["WORLD_SIZE"]), None, args.device)
-        rows = runner.sweep(args, args.device, meta_group)
+        rows, gbps = _world(args, meta_group)
         rc = 0
         if dist.get_rank() == 0:
-            rc = emit(rows, args, machine_meta(args, [dist.get_world_size()]))
+            p = dist.get_world_size()
+            rc = emit(rows, args, machine_meta(args, [p], {f"p={p}": gbps}))
         dist.destroy_process_group()
         return rc
-    rows = []
+    rows, memcpy = [], {}
     for p in args.nproc:
         # NCCL reads NCCL_ALGO once per process: the Ring-only baseline runs in a world
         # of its own, right after the others, in the same invocation.
         same = [b for b in args.backends if b != "nccl-ring"]
         if same:
-            rows += _spawn_world(p, args, same, {})
+            got, memcpy[f"p={p}"] = _spawn_world(p, args, same, {})
+            rows += got
         if "nccl-ring" in args.backends:
-            rows += _spawn_world(p, args, ["nccl-ring"], {"NCCL_ALGO": "Ring"})
-    return emit(rows, args, machine_meta(args, args.nproc))
+            got, memcpy[f"p={p} nccl-ring"] = _spawn_world(p, args, ["nccl-ring"],
+                                                           {"NCCL_ALGO": "Ring"})
+            rows += got
+    return emit(rows, args, machine_meta(args, args.nproc, memcpy))

@@ -10,6 +10,7 @@ element count.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 from typing import Callable
 
@@ -36,6 +37,22 @@ def bandwidths(collective: str, nbytes: int, seconds: float, p: int) -> tuple[fl
         return 0.0, 0.0
     algbw = nbytes / seconds / 1e9
     return algbw, algbw * bus_factor(collective, p)
+
+
+def measurement(collective: str, nbytes: int, p: int, run_seconds: list[float], calls: int,
+                wrong: int) -> dict:
+    """One point's figures from its per-run times (each the slowest rank's median
+    per-call time of one run): the median over runs, and the spread as the min-max
+    of the runs (the slowest run gives the lowest busbw)."""
+    if not run_seconds:
+        raise ValueError("a point needs at least one run")
+    med, lo, hi = statistics.median(run_seconds), min(run_seconds), max(run_seconds)
+    algbw, busbw = bandwidths(collective, nbytes, med, p)
+    return {"time_us": med * 1e6, "time_min_us": lo * 1e6, "time_max_us": hi * 1e6,
+            "algbw": algbw, "busbw": busbw,
+            "busbw_min": bandwidths(collective, nbytes, hi, p)[1],
+            "busbw_max": bandwidths(collective, nbytes, lo, p)[1],
+            "calls": calls, "runs_us": [t * 1e6 for t in run_seconds], "wrong": wrong}
 
 
 def sweep(min_bytes: int, max_bytes: int, factor: float) -> list[int]:

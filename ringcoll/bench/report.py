@@ -1,9 +1,13 @@
 """Tables (nccl-tests layout), the comparison table, JSON/CSV writers and the plot.
 Pure functions of the result rows, so they are tested without any process group.
 
-A row is a dict: backend, collective, nproc, device, dtype, op, size, count, root,
-and `oop` / `ip` (out-of-place / in-place), each None or a dict with
-time_us, algbw, busbw (GB/s) and wrong.
+A row is a dict: backend, collective, nproc, device, transport (ringcoll's, None
+for other backends), dtype, op, size, count, root, and `oop` / `ip` (out-of-place /
+in-place), each None or a measurement (records.measurement): time_us (median over
+runs of the slowest rank's per-call median), time_min_us / time_max_us (the spread:
+min-max of the runs), algbw, busbw, busbw_min, busbw_max (GB/s), calls (timed
+calls, all runs),
+runs_us (the per-run times) and wrong.
 """
 
 from __future__ import annotations
@@ -13,27 +17,36 @@ import json
 from collections import defaultdict
 
 BASELINE = {"cpu": "gloo", "cuda": "nccl"}
-_COLS = ("time_us", "algbw", "busbw", "wrong")
+_COLS = ("time_us", "time_min_us", "time_max_us", "algbw", "busbw", "busbw_min",
+         "busbw_max", "calls", "wrong")
+_EMPTY = f"{'-':>10} {'-':>17} {'-':>8} {'-':>8} {'-':>6}"
 
 
 def _cell(m):
     if m is None:
-        return f"{'-':>10} {'-':>8} {'-':>8} {'-':>6}"
-    return f"{m['time_us']:10.1f} {m['algbw']:8.3f} {m['busbw']:8.3f} {m['wrong']:6d}"
+        return _EMPTY
+    spread = f"{m['time_min_us']:.1f}-{m['time_max_us']:.1f}"
+    return f"{m['time_us']:10.1f} {spread:>17} {m['algbw']:8.3f} {m['busbw']:8.3f} {m['wrong']:6d}"
+
+
+def _label(backend, transport):
+    return f"{backend} (transport {transport})" if transport else backend
 
 
 def tables(rows) -> str:
-    """One nccl-tests-style table per (backend, collective, nproc)."""
+    """One nccl-tests-style table per (backend, collective, nproc), with the
+    min-max of the runs next to the median time."""
     groups = defaultdict(list)
     for r in rows:
-        groups[(r["backend"], r["collective"], r["nproc"], r["device"])].append(r)
+        groups[(r["backend"], r["collective"], r["nproc"], r["device"],
+                r.get("transport"))].append(r)
+    head = f"{'time(us)':>10} {'min-max(us)':>17} {'algbw':>8} {'busbw':>8} {'#wrong':>6}"
     out = []
-    for (backend, coll, p, device), rs in groups.items():
-        out.append(f"# {backend} {coll}, {p} processes, {device}")
-        out.append(f"#{'':>45} {'out-of-place':^36} | {'in-place':^36}")
+    for (backend, coll, p, device, transport), rs in groups.items():
+        out.append(f"# {_label(backend, transport)} {coll}, {p} processes, {device}")
+        out.append(f"#{'':>45} {'out-of-place':^53} | {'in-place':^53}")
         out.append(f"#{'size':>11} {'count':>11} {'type':>9} {'redop':>6} {'root':>4} "
-                   f"{'time(us)':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>6} | "
-                   f"{'time(us)':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>6}")
+                   f"{head} | {head}")
         for r in sorted(rs, key=lambda r: r["size"]):
             out.append(f" {r['size']:11d} {r['count']:11d} {r['dtype']:>9} {r['op']:>6} "
                        f"{r['root']:4d} {_cell(r['oop'])} | {_cell(r['ip'])}")
@@ -46,22 +59,41 @@ def _best(m_oop, m_ip):
     return m_ip if m_ip is not None else m_oop
 
 
+def ratio_spread(base_runs_us, ring_runs_us) -> tuple[float, float]:
+    """Min-max of baseline time / ringcoll time over the runs. Runs are paired (run
+    i of both backends ran back to back) when both lists have the same length;
+    otherwise the widest bounds: slowest baseline over fastest ringcoll and back."""
+    if base_runs_us and len(base_runs_us) == len(ring_runs_us):
+        ratios = [b / r for b, r in zip(base_runs_us, ring_runs_us) if r > 0]
+        if ratios:
+            return min(ratios), max(ratios)
+    if not base_runs_us or not ring_runs_us or min(ring_runs_us) <= 0:
+        return float("nan"), float("nan")
+    return min(base_runs_us) / max(ring_runs_us), max(base_runs_us) / min(ring_runs_us)
+
+
 def comparison(rows) -> list[dict]:
-    """ringcoll's busbw over the baseline's, per (collective, nproc, size)."""
+    """ringcoll's busbw over the baseline's (= baseline time / ringcoll time), per
+    (collective, nproc, size), with the min-max of the per-run ratios."""
     by = {(r["backend"], r["collective"], r["nproc"], r["size"], r["device"]): r for r in rows}
+    bases = sorted({k[0] for k in by} - {"ringcoll"})
     out = []
     for (backend, coll, p, size, device), r in sorted(by.items(), key=lambda kv: kv[0][1:]):
         if backend != "ringcoll":
             continue
-        for base in [b for b in {k[0] for k in by} if b != "ringcoll"]:
+        for base in bases:
             b = by.get((base, coll, p, size, device))
             if b is None:
                 continue
             mr, mb = _best(r["oop"], r["ip"]), _best(b["oop"], b["ip"])
+            lo, hi = ratio_spread(mb.get("runs_us", [mb["time_us"]]),
+                                  mr.get("runs_us", [mr["time_us"]]))
             out.append({"collective": coll, "nproc": p, "size": size, "baseline": base,
+                        "transport": r.get("transport"),
                         "ringcoll_busbw": mr["busbw"], "baseline_busbw": mb["busbw"],
                         "ringcoll_time_us": mr["time_us"], "baseline_time_us": mb["time_us"],
-                        "ratio": mr["busbw"] / mb["busbw"] if mb["busbw"] > 0 else float("nan")})
+                        "ratio": mb["time_us"] / mr["time_us"] if mr["time_us"] > 0
+                        else float("nan"), "ratio_min": lo, "ratio_max": hi})
     return out
 
 
@@ -70,11 +102,12 @@ def comparison_table(rows) -> str:
     if not comp:
         return ""
     lines = [f"{'collective':>15} {'nproc':>5} {'size':>10} {'baseline':>9} "
-             f"{'ringcoll us':>12} {'base us':>12} {'busbw ratio':>12}"]
+             f"{'ringcoll us':>12} {'base us':>12} {'busbw ratio':>12} {'min-max':>13}"]
     for c in comp:
+        spread = f"{c['ratio_min']:.2f}-{c['ratio_max']:.2f}"
         lines.append(f"{c['collective']:>15} {c['nproc']:5d} {human(c['size']):>10} "
                      f"{c['baseline']:>9} {c['ringcoll_time_us']:12.1f} "
-                     f"{c['baseline_time_us']:12.1f} {c['ratio']:12.2f}")
+                     f"{c['baseline_time_us']:12.1f} {c['ratio']:12.2f} {spread:>13}")
     return "\n".join(lines)
 
 
@@ -91,47 +124,85 @@ def write_json(path, rows, meta) -> None:
 
 
 def write_csv(path, rows) -> None:
-    keys = ["backend", "collective", "nproc", "device", "dtype", "op", "size", "count", "root"]
+    """One line per row; per placement the _COLS (runs_us stays in the JSON)."""
+    keys = ["backend", "transport", "collective", "nproc", "device", "dtype", "op", "size",
+            "count", "root"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(keys + [f"{k}_{c}" for k in ("oop", "ip") for c in _COLS])
         for r in rows:
-            w.writerow([r[k] for k in keys] +
+            w.writerow([r.get(k) if r.get(k) is not None else "" for k in keys] +
                        [("" if r[k] is None else r[k][c]) for k in ("oop", "ip") for c in _COLS])
 
 
-def write_plot(path, rows, title="") -> None:
-    """busbw against size, log axes, one line per backend per collective (per
-    world size when there are several)."""
+_COLORS = {"ringcoll": "tab:blue", "gloo": "tab:orange", "nccl": "tab:green",
+           "nccl-ring": "tab:red"}
+_STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+
+
+def plot_series(rows) -> dict:
+    """What the plot draws, as data: {collective: [series]} with the collectives in
+    sweep order and ringcoll's series first; a series is a dict with backend, nproc,
+    and sizes, busbw, lo, hi (the min-max band), sorted by size."""
+    lines = defaultdict(list)
+    for r in rows:
+        m = _best(r["oop"], r["ip"])
+        if m is None or m["busbw"] <= 0:
+            continue
+        lines[(r["collective"], r["backend"] != "ringcoll", r["backend"], r["nproc"])].append(
+            (r["size"], m["busbw"], m.get("busbw_min", m["busbw"]),
+             m.get("busbw_max", m["busbw"])))
+    order = ["all_reduce", "reduce_scatter", "all_gather"]
+    colls = sorted({k[0] for k in lines}, key=lambda c: (order.index(c) if c in order
+                                                         else len(order), c))
+    out = {c: [] for c in colls}
+    for (coll, _, backend, p), pts in sorted(lines.items()):
+        pts.sort()
+        out[coll].append({"backend": backend, "nproc": p, "sizes": [x[0] for x in pts],
+                          "busbw": [x[1] for x in pts], "lo": [x[2] for x in pts],
+                          "hi": [x[3] for x in pts]})
+    return out
+
+
+_COLORS = {"ringcoll": "tab:blue", "gloo": "tab:orange", "nccl": "tab:green",
+           "nccl-ring": "tab:red"}
+_STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
+
+
+def write_plot(path, rows, title="", memcpy_gbps=None) -> None:
+    """busbw against size, log-log, one panel per collective: one color per backend,
+    one line style and marker per world size, the min-max of the runs as a shaded
+    band, and the single-core memcpy rate as a horizontal reference line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    # One color per (collective, world size), one line style per backend: ringcoll
-    # solid, baselines dashed, so each pair to compare shares a color.
-    lines = defaultdict(list)
-    nprocs = sorted({r["nproc"] for r in rows})
-    for r in rows:
-        m = _best(r["oop"], r["ip"])
-        if m is None or m["busbw"] <= 0:
-            continue
-        lines[(r["collective"], r["nproc"], r["backend"])].append((r["size"], m["busbw"]))
-    keys = sorted({(c, p) for c, p, _ in lines})
-    colors = {k: plt.cm.tab10(i % 10) for i, k in enumerate(keys)}
-    fig, ax = plt.subplots(figsize=(9, 5.5))
-    for (coll, p, backend), pts in sorted(lines.items()):
-        pts.sort()
-        label = f"{backend} {coll}" + (f" p={p}" if len(nprocs) > 1 else "")
-        ax.plot([s for s, _ in pts], [b for _, b in pts], "-" if backend == "ringcoll" else "--",
-                color=colors[(coll, p)], marker="o", markersize=3, label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("size (bytes)")
-    ax.set_ylabel("busbw (GB/s)")
-    ax.set_title(title or "busbw by message size")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    panels = plot_series(rows)
+    series = [s for ss in panels.values() for s in ss]
+    nprocs = sorted({s["nproc"] for s in series})
+    extra = iter(plt.cm.tab10.colors[4:])
+    colors = {b: _COLORS.get(b) or next(extra) for b in sorted({s["backend"] for s in series})}
+    n = max(1, len(panels))
+    fig, axes = plt.subplots(1, n, figsize=(5 * n, 4.8), sharey=True, squeeze=False)
+    for ax, (coll, ss) in zip(axes[0], panels.items()):
+        for s in ss:
+            style, marker = _STYLES[nprocs.index(s["nproc"]) % len(_STYLES)]
+            color = colors[s["backend"]]
+            ax.plot(s["sizes"], s["busbw"], style, marker=marker, markersize=3, color=color,
+                    label=f"{s['backend']} p={s['nproc']}")
+            ax.fill_between(s["sizes"], s["lo"], s["hi"], color=color, alpha=0.2, linewidth=0)
+        if memcpy_gbps:
+            ax.axhline(memcpy_gbps, color="black", linestyle=":", linewidth=1,
+                       label=f"memcpy 1 core {memcpy_gbps:.1f} GB/s")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("size (bytes)")
+        ax.set_title(coll)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("busbw (GB/s); band: min-max of runs")
+    fig.suptitle(title or "busbw by message size")
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)

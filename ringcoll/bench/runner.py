@@ -1,14 +1,43 @@
-"""Runs the sweep inside one world: every backend on the same tensors, the same
-sizes, alternating per size so all backends see the same machine noise.
+"""Runs the sweep inside one world: every backend on the same sizes in the same
+processes, their timed runs interleaved so all backends see the same machine noise.
 
-Timing (nccl-tests' method): `warmup` calls, then `runs` timed regions of `iters`
-back-to-back async calls each, a barrier before each region, the region's time per
-call; the median over regions; the slowest rank's median is reported. On CUDA the
-region is timed with CUDA events on the current stream.
+Method, per point (one size, collective and placement, for every backend):
+ 1. Warm-up: `warmup` synchronous calls per backend, each timed; their mean (the
+    first call left out) estimates what a call costs. The mean, not the median:
+    the estimate is there to predict how long a run will take, tail included.
+ 2. Runs: `runs` of them. Before each, every rank proposes, per backend,
+    `calls_per_run(budget left, runs left, estimate, min, max)` and the ranks take
+    the smallest proposal (all_reduce MIN over the gloo meta group): every rank
+    makes the same number of calls (a collective called a different number of
+    times on two ranks would hang or mismatch), the slowest rank's estimate is the
+    one that must fit the budget, and a run slower than the warm-up foretold
+    shrinks the runs after it instead of overrunning the budget many times.
+ 3. In each run, every backend in turn (the order rotates per run): a barrier on
+    the meta group, then the agreed number of calls, each issued and waited for on
+    its own and timed alone. The run's figure on a rank is the median of its
+    per-call times; its mean becomes the next estimate.
+ 4. Per run, the slowest rank's figure (all_reduce MAX). The point reports the
+    median over runs and their min-max as the spread.
+
+Why per call, and medians: on a shared machine per-call times have a heavy tail
+(measured here, 8 B all-reduce, p=2: median ~0.2 ms, but 10-20% of calls take
+1.5-3.5 ms when a rank is preempted). The former method reported the median of 3
+means of 5 back-to-back async calls: one slow call in 5 multiplies a region's mean
+several times and about half the regions hold one, so gloo's 8 B all-reduce read
+130-1600 us from repeat to repeat against a steady ~200 us per-call median. A
+median of many per-call times ignores the tail, and a synchronous call is the
+latency a caller of `dist.all_reduce(x)` sees (a queue of async calls would measure
+throughput instead).
+
+Clocks: time.perf_counter on CPU. On CUDA a pair of events on the current stream
+around issue + wait, then a host synchronize before the next call: each call is
+timed alone (issue latency included, since the start event fires on an idle stream
+before the collective is enqueued) and calls never overlap, as on CPU.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
@@ -20,16 +49,19 @@ from . import records
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16}
+MEMCPY_BYTES = 64 << 20
 
 
-def make_groups(backends, device, algo):
-    """One process group per backend under test, on the same ranks."""
+def make_groups(backends, device, algo=None, transport="auto"):
+    """One process group per backend under test, on the same ranks. ringcoll gets
+    `transport` (and `algo`) as its Options; the string is passed through unchecked
+    here, ringcoll validates it when the group is created."""
     import ringcoll
 
     groups = {}
     for b in backends:
         if b == "ringcoll":
-            opts = ringcoll.Options(algo=algo) if algo else None
+            opts = ringcoll.Options(algo=algo, transport=transport)
             groups[b] = dist.new_group(backend="ringcoll", pg_options=opts)
         elif b in ("gloo", "nccl", "nccl-ring"):
             groups[b] = dist.new_group(backend="nccl" if b.startswith("nccl") else b)
@@ -38,36 +70,82 @@ def make_groups(backends, device, algo):
     return groups
 
 
-def _time_region(case, iters, device):
+def calls_per_run(budget_s: float, runs: int, call_s: float, min_calls: int,
+                  max_calls: int) -> int:
+    """Calls per run so that `runs` runs of calls taking `call_s` each fill `budget_s`,
+    clamped to [min_calls, max_calls] (the minimum wins over the budget)."""
+    if not call_s > 0 or not math.isfinite(call_s):
+        return max(min_calls, max_calls)
+    n = int(budget_s / (runs * call_s))
+    return max(min_calls, min(max_calls, n))
+
+
+def agree_calls(proposals: list[int], group) -> list[int]:
+    """The per-backend call counts every rank will use: the smallest proposal of any
+    rank, element-wise (an integer reduction, so all ranks get the same numbers)."""
+    t = torch.tensor(proposals, dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
+    return [int(x) for x in t.tolist()]
+
+
+def slowest_rank(values: torch.Tensor, group) -> torch.Tensor:
+    """Element-wise max over ranks (the slowest rank's figure per run)."""
+    values = values.clone()
+    dist.all_reduce(values, op=dist.ReduceOp.MAX, group=group)
+    return values
+
+
+def time_calls(run, n: int, device: str) -> list[float]:
+    """Seconds of each of `n` synchronous calls of `run` (issue, then wait)."""
+    out = []
     if device == "cuda":
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        works = [case.run() for _ in range(iters)]
-        for w in works:
-            w.wait()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / iters
-    t0 = time.perf_counter()
-    works = [case.run() for _ in range(iters)]
-    for w in works:
-        w.wait()
-    return (time.perf_counter() - t0) / iters
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        for _ in range(n):
+            start.record()
+            run().wait()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end) / 1e3)
+        return out
+    clock = time.perf_counter
+    for _ in range(n):
+        t0 = clock()
+        run().wait()
+        out.append(clock() - t0)
+    return out
 
 
-def measure(case, iters, warmup, runs, device, meta):
-    for _ in range(warmup):
-        case.run().wait()
-    per_run = []
-    for _ in range(runs):
-        dist.barrier(group=meta)
-        per_run.append(_time_region(case, iters, device))
-    t = torch.tensor([statistics.median(per_run)], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=meta)  # the slowest rank
-    return float(t.item())
+def measure(cases: dict, args, device: str, meta) -> dict:
+    """{backend: (per-run seconds of the slowest rank, timed calls in all runs)} for
+    one point; `cases` maps backend -> records.Case, the same point for every
+    backend. Every rank must call this with the same backends in the same order."""
+    names = list(cases)
+    est, spent = [], [0.0] * len(names)
+    for b in names:
+        warm = time_calls(cases[b].run, max(1, args.warmup), device)
+        warm = warm[1:] or warm  # the first call may carry one-time costs
+        est.append(sum(warm) / len(warm))
+    per_run = torch.zeros(len(names), args.runs, dtype=torch.float64)
+    calls = [0] * len(names)
+    for i in range(args.runs):
+        counts = agree_calls([calls_per_run(max(0.0, args.budget - spent[j]), args.runs - i,
+                                            est[j], args.iters, args.max_calls)
+                              for j in range(len(names))], meta)
+        for k in range(len(names)):
+            j = (i + k) % len(names)  # rotate who goes first after the barrier
+            dist.barrier(group=meta)
+            ts = time_calls(cases[names[j]].run, counts[j], device)
+            per_run[j, i] = statistics.median(ts)
+            spent[j] += sum(ts)
+            est[j] = sum(ts) / len(ts)
+            calls[j] += counts[j]
+    worst = slowest_rank(per_run, meta)
+    return {b: (worst[j].tolist(), calls[j]) for j, b in enumerate(names)}
 
 
 def check(case, meta):
+    """#wrong summed over ranks after one call on freshly reset inputs."""
     case.reset()
     case.run().wait()
     if case.expected is None:
@@ -77,13 +155,41 @@ def check(case, meta):
     return int(wrong.item())
 
 
+def memcpy_gbps(nbytes: int = MEMCPY_BYTES, repeats: int = 9) -> float:
+    """Single-core copy rate, GB/s = bytes copied / s: `copy_` between two float32
+    tensors of `nbytes` with one intra-op thread, median of `repeats` after a copy
+    that touches every page."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        src = torch.ones(nbytes // 4, dtype=torch.float32)
+        dst = torch.empty_like(src)
+        dst.copy_(src)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            times.append(time.perf_counter() - t0)
+        return src.numel() * 4 / statistics.median(times) / 1e9
+    finally:
+        torch.set_num_threads(threads)
+
+
+def reference(meta) -> float:
+    """The physical reference of this world: rank 0 measures memcpy_gbps() while the
+    other ranks wait in a barrier; other ranks return nan."""
+    gbps = memcpy_gbps() if dist.get_rank() == 0 else float("nan")
+    dist.barrier(group=meta)
+    return gbps
+
+
 def sweep(args, device, meta, log=print):
     """Returns the result rows (on every rank; rank 0 logs progress)."""
     p = dist.get_world_size()
     rank = dist.get_rank()
     dtype = DTYPES[args.dtype]
     elem = torch.tensor([], dtype=dtype).element_size()
-    groups = make_groups(args.backends, device, args.algo)
+    groups = make_groups(args.backends, device, args.algo, args.transport)
     dev = torch.device(device, torch.cuda.current_device()) if device == "cuda" else "cpu"
     rows = []
     for size in records.sweep(args.minbytes, args.maxbytes, args.stepfactor):
@@ -91,22 +197,24 @@ def sweep(args, device, meta, log=print):
         for coll in args.collectives:
             rec = records.RECORDS[coll]
             count = records.count_for(rec, size, p, elem)
-            for backend, group in groups.items():
-                row = {"backend": backend, "collective": coll, "nproc": p, "device": device,
-                       "dtype": args.dtype, "op": args.op if rec.reduces else "none",
-                       "size": count * elem, "count": count, "root": -1, "oop": None, "ip": None}
-                for key, inplace in (("oop", False), ("ip", True)):
-                    case = rec.build(rank, p, count, dtype, args.op, dev, inplace, group)
-                    if case is None:
-                        continue
-                    t = measure(case, args.iters, args.warmup, args.runs, device, meta)
-                    algbw, busbw = records.bandwidths(coll, count * elem, t, p)
-                    wrong = check(case, meta) if args.check else 0
-                    row[key] = {"time_us": t * 1e6, "algbw": algbw, "busbw": busbw,
-                                "wrong": wrong}
-                rows.append(row)
+            point = {b: {"backend": b, "collective": coll, "nproc": p, "device": device,
+                         "transport": args.transport if b == "ringcoll" else None,
+                         "dtype": args.dtype, "op": args.op if rec.reduces else "none",
+                         "size": count * elem, "count": count, "root": -1,
+                         "oop": None, "ip": None} for b in groups}
+            for key, inplace in (("oop", False), ("ip", True)):
+                cases = {b: rec.build(rank, p, count, dtype, args.op, dev, inplace, g)
+                         for b, g in groups.items()}
+                if any(c is None for c in cases.values()):
+                    continue  # the collective has no such placement
+                for b, (runs_s, calls) in measure(cases, args, device, meta).items():
+                    wrong = check(cases[b], meta) if args.check else 0
+                    point[b][key] = records.measurement(coll, count * elem, p, runs_s, calls,
+                                                        wrong)
+            for b, row in point.items():
                 m = row["ip"] or row["oop"]
-                line.append(f"{backend} {coll} {m['busbw']:.3f}")
+                line.append(f"{b} {coll} {m['busbw']:.3f}")
+            rows += point.values()
         if rank == 0:
             log(f"[p={p}] {size:>10d} B  busbw GB/s: " + ", ".join(line), file=sys.stderr,
                 flush=True)
