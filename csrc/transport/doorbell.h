@@ -12,7 +12,9 @@
 // published between the look and the wait is never slept through. It spins for
 // `spin` first (a peer on another core answers within microseconds), then yields
 // `yields` times (lets a rank that shares this core run), then sleeps on a futex;
-// ring() makes the futex system call only when someone sleeps.
+// ring() makes the futex system call only when someone sleeps. The spin yields every
+// few looks, so a waiter that shares its core with the peer it waits for (ranks
+// outnumbering cores, or other load) hands the core over instead of spinning out.
 #pragma once
 
 #include <atomic>
