@@ -105,14 +105,20 @@ py::dict scheduleDict(const std::string& algoName, const std::string& collective
 }
 
 // The executor's plan of one rank's schedule, for the plan tests: a list of
-// (kind, peer, step, begin, count, deps, forward, local_live).
+// (kind, peer, step, begin, count, deps, forward, local_live, wave), wave being the
+// index of the op's wave (-1 for finishing passes, which belong to none).
 py::list planOps(const std::string& algoName, const std::string& collective, int p, int rank,
                  size_t n, size_t segElems, bool finish) {
   using ringcoll::algo::OpKind;
   const auto sched = buildSchedule(algoName, collective, p, rank, n, 0, {});
   const auto plan = ringcoll::algo::compilePlan(sched, segElems, finish);
+  std::vector<int> waveOf(plan.ops.size(), -1);
+  for (size_t w = 0; w < plan.waves.size(); ++w) {
+    for (uint32_t i : plan.waves[w]) waveOf[i] = static_cast<int>(w);
+  }
   py::list out;
-  for (const auto& op : plan.ops) {
+  for (size_t k = 0; k < plan.ops.size(); ++k) {
+    const auto& op = plan.ops[k];
     const char* kind = op.kind == OpKind::kSend ? "send"
         : op.kind == OpKind::kRecvCopy          ? "recv_copy"
         : op.kind == OpKind::kRecvReduce        ? "recv_reduce"
@@ -120,7 +126,7 @@ py::list planOps(const std::string& algoName, const std::string& collective, int
     py::list deps;
     for (uint32_t d = op.depBegin; d < op.depEnd; ++d) deps.append(plan.deps[d]);
     out.append(py::make_tuple(kind, op.peer, op.step, op.begin, op.count, deps, op.forward,
-                              op.localLive));
+                              op.localLive, waveOf[k]));
   }
   return out;
 }

@@ -270,7 +270,7 @@ def test_plan_orders_every_conflict(collective, p, n, seg):
     for rank in range(p):
         ops = _C.plan_ops("ring", collective, p, rank, n, seg, finish=True)
         reach = []  # transitive dependencies of each op
-        for i, (kind, peer, step, b, cnt, deps, fwd, live) in enumerate(ops):
+        for i, (kind, peer, step, b, cnt, deps, fwd, live, _) in enumerate(ops):
             assert all(d < i for d in deps), f"op {i} depends on a later op"
             assert cnt <= seg and cnt > 0
             r = set(deps)
@@ -278,7 +278,7 @@ def test_plan_orders_every_conflict(collective, p, n, seg):
                 r |= reach[d]
             reach.append(r)
             for j in range(i):
-                kj, _, _, bj, cj, _, _, _ = ops[j]
+                kj, _, _, bj, cj, _, _, _, _ = ops[j]
                 overlap = bj < b + cnt and b < bj + cj
                 conflict = overlap and (_writes(kind) or _writes(kj))
                 if conflict:
@@ -319,3 +319,46 @@ def test_plan_forwards_reductions():
     ops = _C.plan_ops("ring", "reduce_scatter", 4, 0, 16, 4)
     reduces = [o for o in ops if o[0] == "recv_reduce"]
     assert [(o[6] >= 0, o[7]) for o in reduces] == [(True, False), (True, False), (False, True)]
+
+
+@pytest.mark.parametrize("collective, p, n, seg", [
+    ("allreduce", 2, 9, 2), ("allreduce", 3, 20, 3), ("allreduce", 5, 101, 4),
+    ("reduce_scatter", 4, 32, 3), ("allgather", 3, 21, 2), ("broadcast", 4, 23, 5),
+])
+def test_waves_pair_across_ranks(collective, p, n, seg):
+    """A stream-ordered transport (NCCL) gets one batch per wave, and a batch can only
+    complete with the peers' batch of the same wave. So every wave must be ordered
+    the same way on every rank, and each send in wave w must meet its receive in
+    wave w of the peer, of the same size, in the same order per pair."""
+    plans = [_C.plan_ops("ring", collective, p, r, n, seg, finish=True) for r in range(p)]
+    keyed = []  # per rank: wave index -> (step, segment) it stands for
+    for r, ops in enumerate(plans):
+        waves = {}
+        for kind, peer, step, b, cnt, deps, fwd, live, wave in ops:
+            if kind == "finish":
+                assert wave == -1
+                continue
+            waves.setdefault(wave, set()).add(step)
+        assert sorted(waves) == list(range(len(waves))), f"rank {r}: waves {sorted(waves)}"
+        assert all(len(steps) == 1 for steps in waves.values()), f"rank {r}: a wave spans steps"
+        keyed.append(waves)
+    for a in range(p):
+        for b in range(p):
+            if a == b:
+                continue
+            sends = [(plans[a][i][2], plans[a][i][4], _wave_key(plans[a], i))
+                     for i in range(len(plans[a])) if plans[a][i][0] == "send" and plans[a][i][1] == b]
+            recvs = [(plans[b][i][2], plans[b][i][4], _wave_key(plans[b], i))
+                     for i in range(len(plans[b])) if plans[b][i][0].startswith("recv")
+                     and plans[b][i][1] == a]
+            # Wave order per pair: what the transport matches message by message.
+            sends.sort(key=lambda t: t[2])
+            recvs.sort(key=lambda t: t[2])
+            assert sends == recvs, f"{a}->{b}: sends {sends} vs receives {recvs}"
+
+
+def _wave_key(ops, i):
+    """(step, segment index) of op i: its position among its transfer's segments."""
+    kind, peer, step, b, cnt, deps, fwd, live, wave = ops[i]
+    same = [j for j, o in enumerate(ops) if o[0] == kind and o[1] == peer and o[2] == step]
+    return (step, same.index(i))

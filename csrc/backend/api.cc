@@ -22,12 +22,20 @@ void writeBack(at::Tensor& dst, const at::Tensor& flat) {
 
 size_t bytesOf(const at::Tensor& t) { return t.numel() * t.element_size(); }
 
-// The reduce-scatter result: the range the schedule says this rank keeps.
-void copyResult(at::Tensor& out, const at::Tensor& work, const algo::Range& result) {
-  if (out.numel()) {
-    out.copy_(work.narrow(0, static_cast<int64_t>(result.begin),
-                          static_cast<int64_t>(result.size())).view(out.sizes()));
-  }
+// A reduce-scatter over `work` (this rank's whole input, which it clobbers); `out`
+// receives the range the schedule says this rank keeps.
+Staged reduceScatterInto(at::Tensor out, at::Tensor work, const algo::Algorithm& algo,
+                         const algo::Params& prm, DType dtype, const algo::Reduction& red,
+                         Reducer& reducer) {
+  algo::Job job = algo::reduceScatter(algo, prm, work.data_ptr(), dtype, red, reducer);
+  const algo::Range result = job.schedule.result;
+  return Staged{std::move(job), [out, work, result]() mutable {
+                  if (out.numel()) {
+                    out.copy_(work.narrow(0, static_cast<int64_t>(result.begin),
+                                          static_cast<int64_t>(result.size()))
+                                  .view(out.sizes()));
+                  }
+                }};
 }
 }  // namespace
 
@@ -64,8 +72,13 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(
   return launch(c10d::OpType::ALLREDUCE_COALESCED, op, ts, ts, bytes, opTimeout(opts.timeout),
                 [this, ts, dtype, red](algo::Executor& ex) {
                   std::vector<at::Tensor> flats;
-                  for (auto& t : ts) flats.push_back(t.reshape({-1}));
-                  at::Tensor flat = at::cat(flats);
+                  int64_t total = 0;
+                  for (auto& t : ts) {
+                    flats.push_back(t.reshape({-1}));
+                    total += t.numel();
+                  }
+                  at::Tensor flat = workspace(total, ts[0]);
+                  at::cat_out(flat, flats);
                   return Staged{algo::allreduce(algorithm_, params(flat.numel()),
                                                 flat.data_ptr(), dtype, red, ex.reducer()),
                                 [ts, flat]() mutable {
@@ -90,7 +103,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce(std::vector<at::Tensor>& 
   // their input is left as it was.
   return launch(c10d::OpType::REDUCE, op, {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
                 [this, t, dtype, red, isRoot](algo::Executor& ex) {
-                  at::Tensor flat = isRoot ? flatWorking(t) : t.reshape({-1}).clone();
+                  at::Tensor flat = isRoot ? flatWorking(t)
+                                           : workspace(t.numel(), t).copy_(t.reshape({-1}));
                   return Staged{algo::allreduce(algorithm_, params(flat.numel()),
                                                 flat.data_ptr(), dtype, red, ex.reducer()),
                                 [t, flat, isRoot]() mutable {
@@ -146,8 +160,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
   return launch(c10d::OpType::ALLGATHER, op, {in}, outs, bytesOf(in) * outs.size(),
                 opTimeout(opts.timeout), [this, outs, in, dtype](algo::Executor&) {
                   const int64_t m = in.numel();
-                  at::Tensor flat = at::empty({m * static_cast<int64_t>(outs.size())},
-                                              in.options());
+                  at::Tensor flat = workspace(m * static_cast<int64_t>(outs.size()), in);
                   flat.narrow(0, getRank() * m, m).copy_(in.reshape({-1}));
                   return Staged{algo::allgather(algorithm_, params(flat.numel()),
                                                 flat.data_ptr(), dtype),
@@ -171,14 +184,9 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op, {in}, {out}, bytesOf(in),
                 opTimeout(opts.timeout), [this, out, in, dtype, red](algo::Executor& ex) {
                   // The schedule reduces in place, so it works on a copy of the input.
-                  at::Tensor work = in.reshape({-1}).clone();
-                  algo::Job job = algo::reduceScatter(algorithm_, params(work.numel()),
-                                                      work.data_ptr(), dtype, red,
-                                                      ex.reducer());
-                  const algo::Range result = job.schedule.result;
-                  return Staged{std::move(job), [out, work, result]() mutable {
-                                  copyResult(out, work, result);
-                                }};
+                  at::Tensor work = workspace(in.numel(), in).copy_(in.reshape({-1}));
+                  return reduceScatterInto(out, work, algorithm_, params(work.numel()), dtype,
+                                           red, ex.reducer());
                 });
 }
 
@@ -195,14 +203,10 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
                 opTimeout(opts.timeout), [this, out, ins, dtype, red](algo::Executor& ex) {
                   std::vector<at::Tensor> flats;
                   for (auto& t : ins) flats.push_back(t.reshape({-1}));
-                  at::Tensor work = at::cat(flats);
-                  algo::Job job = algo::reduceScatter(algorithm_, params(work.numel()),
-                                                      work.data_ptr(), dtype, red,
-                                                      ex.reducer());
-                  const algo::Range result = job.schedule.result;
-                  return Staged{std::move(job), [out, work, result]() mutable {
-                                  copyResult(out, work, result);
-                                }};
+                  at::Tensor work = workspace(out.numel() * static_cast<int64_t>(ins.size()), out);
+                  at::cat_out(work, flats);
+                  return reduceScatterInto(out, work, algorithm_, params(work.numel()), dtype,
+                                           red, ex.reducer());
                 });
 }
 

@@ -113,6 +113,18 @@ algo::Params RingcollBackend::params(size_t n, int root) const {
   return prm;
 }
 
+at::Tensor RingcollBackend::workspace(int64_t numel, const at::Tensor& like) {
+  // Past this size a working buffer is not kept: one huge call must not pin its
+  // memory for the life of the group.
+  constexpr int64_t kMaxKeptBytes = int64_t{512} << 20;
+  const int64_t bytes = numel * static_cast<int64_t>(like.element_size());
+  if (!like.is_cpu() || bytes > kMaxKeptBytes) return at::empty({numel}, like.options());
+  if (!workspace_.defined() || workspace_.numel() < bytes) {
+    workspace_ = at::empty({bytes}, at::TensorOptions().dtype(at::kByte));
+  }
+  return workspace_.narrow(0, 0, bytes).view(like.scalar_type());
+}
+
 c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const char* op,
                                                        const std::vector<at::Tensor>& inputs,
                                                        std::vector<at::Tensor> outputs,

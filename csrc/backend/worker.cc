@@ -29,11 +29,15 @@ bool Worker::tryClaim() {
 }
 
 void Worker::release() {
+  bool queued;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     busy_ = false;
+    queued = !queue_.empty();
   }
-  cv_.notify_one();
+  // Wake the worker only for a task queued behind the claim: a wake-up for nothing
+  // costs a context switch on every small collective, often on the caller's core.
+  if (queued) cv_.notify_one();
 }
 
 void Worker::handOff(std::function<void()> rest) {
