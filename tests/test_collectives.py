@@ -7,6 +7,8 @@ one process start-up; each rank returns the list of mismatches it saw.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -28,7 +30,10 @@ SUBSET = [torch.float32, torch.float16, torch.int32, torch.bool]
 def _groups():
     """The default ringcoll group, plus one forcing 64-byte segments so the
     executor's multi-segment pipeline runs on small tensors."""
-    tiny = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(chunk_bytes=64))
+    # new_group's default timeout is 30 minutes: give it the world's, so that a hang
+    # is an error naming the stuck step instead of a test killed for time.
+    tiny = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(chunk_bytes=64),
+                          timeout=timedelta(seconds=60))
     return {"default": None, "tiny-segments": tiny}
 
 

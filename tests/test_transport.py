@@ -13,6 +13,7 @@ import os
 import signal
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 import torch
@@ -89,6 +90,31 @@ def test_mixed_hosts_links_and_shm_refused_across_hosts():
 def test_mixed_hosts_matrix_against_gloo(collective):
     # The default group and the one with 64-byte segments both mix the transports.
     mp.run_checks(4, MATRICES[collective], timeout=600, rank_env=MIXED)
+
+
+def full_mailboxes(rank, p):
+    """Tiny segments on a ring where the gloo links are slow and the shared-memory
+    ones fast: senders fill the peer's 4 slots again and again and must be woken
+    when one frees. A lost wake-up fails here within the 10 s group timeout."""
+    f = []
+    g = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(chunk_bytes=64),
+                       timeout=timedelta(seconds=10))
+    for i in range(300):
+        m = 333 if i % 3 else 7
+        parts = [torch.full((m,), float(r + i)) for r in range(p)]
+        out = torch.empty(p * m)
+        dist.all_gather_into_tensor(out, parts[rank], group=g)
+        if not torch.equal(out, torch.cat(parts)):
+            f.append(f"all_gather {i}: {out[::m].tolist()}")
+        x = torch.full((m,), float(rank + 1))
+        dist.all_reduce(x, group=g)
+        if not torch.equal(x, torch.full((m,), float(p * (p + 1) // 2))):
+            f.append(f"all_reduce {i}: {x[:3].tolist()}")
+    return f
+
+
+def test_mixed_hosts_full_mailboxes():
+    mp.run_checks(4, full_mailboxes, timeout=300, rank_env=MIXED)
 
 
 # --------------------------------------------------------------------------------

@@ -179,7 +179,9 @@ void* ShmTransport::sendSlot(int peer, size_t bytes) {
   Link& l = link(peer);
   RC_ASSERT(bytes <= slotBytes_, "message of ", bytes, " bytes > slot ", slotBytes_);
   const Mailbox* mb = mailbox(l.seg, myLocal_);
-  if (l.written - mb->released.load(std::memory_order_acquire) >= kSlots) return nullptr;
+  // Sequentially consistent, with the store in commitSlot() and the pair in
+  // releaseRecv(): see there.
+  if (l.written - mb->released.load(std::memory_order_seq_cst) >= kSlots) return nullptr;
   return slot(l.seg, myLocal_, l.written);
 }
 
@@ -187,7 +189,7 @@ void ShmTransport::commitSlot(int peer, size_t bytes) {
   Link& l = link(peer);
   Mailbox* mb = mailbox(l.seg, myLocal_);
   mb->sizes[l.written % kSlots] = bytes;
-  mb->written.store(++l.written, std::memory_order_release);
+  mb->written.store(++l.written, std::memory_order_seq_cst);
   Doorbell::ring(&l.seg.header()->bell, /*shared=*/true);
 }
 
@@ -226,9 +228,14 @@ void ShmTransport::releaseRecv(int peer) {
   Link& l = link(peer);
   RC_ASSERT(l.expectedHead < l.expected.size(), "release without a receive from ", peer);
   Mailbox* mb = mailbox(mine_, l.localIndex);
-  const uint64_t written = mb->written.load(std::memory_order_acquire);
-  mb->released.store(++l.consumed, std::memory_order_release);
-  // The sender waits only when the ring was full.
+  // The sender waits only when its ring was full, so only then is it rung. Store
+  // `released`, then load `written`, both sequentially consistent, as the sender
+  // stores `written` (commitSlot) before it loads `released` (sendSlot): either the
+  // sender sees the freed slot, or this load sees the message that filled the ring
+  // and rings. (Loading `written` first let both sides read the other's old value:
+  // the sender slept on a full ring nobody rang, found by the mixed-hosts test.)
+  mb->released.store(++l.consumed, std::memory_order_seq_cst);
+  const uint64_t written = mb->written.load(std::memory_order_seq_cst);
   if (written - (l.consumed - 1) >= kSlots) Doorbell::ring(&l.seg.header()->bell, true);
   if (++l.expectedHead == l.expected.size()) {
     l.expected.clear();
