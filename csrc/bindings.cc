@@ -202,6 +202,17 @@ at::Tensor cpuReduce(const at::Tensor& a, const at::Tensor& b, const std::string
   return dst;
 }
 
+// out = src through the CPU reducer's copy (streaming: the non-temporal kernel of
+// `level`), for tests; uint8 tensors, out a view at any offset.
+at::Tensor cpuCopy(const at::Tensor& src, at::Tensor out, bool streaming,
+                   const std::string& level) {
+  TORCH_CHECK(src.scalar_type() == at::kByte && out.scalar_type() == at::kByte &&
+                  src.is_contiguous() && out.is_contiguous() && src.numel() == out.numel(),
+              "cpu_copy: contiguous uint8 tensors of equal size");
+  cpuReducerAt(level).copy(out.data_ptr(), src.data_ptr(), src.numel(), streaming);
+  return out;
+}
+
 #ifdef RINGCOLL_WITH_CUDA
 // dst = op(a, b) with the CUDA kernels on the current stream, for kernel tests.
 // a, b and the result may be views at any offset (to reach the unaligned paths).
@@ -286,6 +297,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("out") = py::none(), py::arg("out2") = py::none(),
         py::arg("level") = "auto");
   m.def("cpu_simd_levels", &cpuSimdLevels);
+  m.def("cpu_copy", &cpuCopy, py::arg("src"), py::arg("out"), py::arg("streaming"),
+        py::arg("level") = "auto");
 #ifdef RINGCOLL_WITH_CUDA
   m.def("cuda_reduce", &cudaReduce, py::arg("a"), py::arg("b"), py::arg("op"), py::arg("out"));
   m.def("cuda_scale", &cudaScale);

@@ -308,3 +308,24 @@ def test_flush_denormal_mode(level, dtype):
         check(level, a, b, f"{level} {name(dtype)} flush-denormal")
     finally:
         torch.set_flush_denormal(False)
+
+
+# --------------------------------------------------------------------------------
+# the streaming (non-temporal) copy the executor uses for buffers beyond the cache
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("streaming", [False, True])
+def test_copy_exact_bytes_at_every_offset(level, streaming):
+    gen = torch.Generator().manual_seed(7)
+    for n in list(range(0, 70)) + [4096, 65536 + 13]:
+        for src_off in (0, 1, 5, 31):
+            for dst_off in (0, 3, 17, 32):
+                src_buf = torch.randint(0, 256, (n + 64,), dtype=torch.uint8, generator=gen)
+                dst_buf = torch.full((n + 64,), 0xAB, dtype=torch.uint8)
+                src = src_buf[src_off:src_off + n]
+                dst = dst_buf[dst_off:dst_off + n]
+                _C.cpu_copy(src, dst, streaming, level)
+                assert torch.equal(dst, src), (level, streaming, n, src_off, dst_off)
+                # nothing outside the destination is touched
+                assert (dst_buf[:dst_off] == 0xAB).all() and (dst_buf[dst_off + n:] == 0xAB).all()

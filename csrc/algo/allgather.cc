@@ -11,6 +11,7 @@ Job allgather(const Algorithm& algo, const Params& prm, void* buf, DType dtype) 
   Job job;
   job.schedule = algo.allgather(prm);
   job.buf = buf;
+  job.n = prm.n;
   job.dtype = dtype;  // copies only: no op
   return job;
 }

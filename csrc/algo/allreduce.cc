@@ -10,6 +10,7 @@ Job allreduce(const Algorithm& algo, const Params& prm, void* buf, DType dtype,
   Job job;
   job.schedule = algo.allreduce(prm);
   job.buf = buf;
+  job.n = prm.n;
   job.dtype = dtype;
   job.op = red.op;
   // Divided where each element is first complete, before it is shared: n/p

@@ -11,6 +11,7 @@ Job barrier(const Algorithm& algo, const Params& prm, void* scratch) {
   Job job;
   job.schedule = algo.allreduce(bytes);
   job.buf = scratch;
+  job.n = bytes.n;
   job.dtype = DType::kUInt8;
   job.op = RedOp::kBor;
   return job;

@@ -8,6 +8,7 @@ Job broadcast(const Algorithm& algo, const Params& prm, void* buf) {
   Job job;
   job.schedule = algo.broadcast(prm);
   job.buf = buf;
+  job.n = prm.n;
   job.dtype = DType::kUInt8;
   return job;
 }

@@ -11,6 +11,7 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
       reducer_(reducer),
       job_(std::move(job)),
       elemSize_(elementSize(job_.dtype)),
+      streaming_(job_.n * elemSize_ > reducer.streamingBytes()),
       plan_(compilePlan(job_.schedule, segElems, job_.divideBy > 0)),
       state_(plan_.ops.size(), 0),
       chan_(plan_.channels.size()),
@@ -112,7 +113,7 @@ void Execution::consume(const PlanOp& op, const void* view) {
   char* local = at(op);
   const size_t nb = bytes(op);
   if (op.kind == OpKind::kRecvCopy) {
-    if (view != local) reducer_.copy(local, view, nb);
+    if (view != local) reducer_.copy(local, view, nb, streaming_);
     return;
   }
   // Forward: write the reduction into the next message to the forward's peer,

@@ -40,6 +40,7 @@ namespace ringcoll::algo {
 struct Job {
   Schedule schedule;
   void* buf = nullptr;  // schedule.steps address elements of this buffer
+  size_t n = 0;         // its elements
   DType dtype = DType::kUInt8;
   RedOp op = RedOp::kSum;  // for receive-reduce transfers
   int divideBy = 0;        // > 0: divide where the schedule marks elements reduced
@@ -86,6 +87,7 @@ class Execution {
   Reducer& reducer_;
   Job job_;
   size_t elemSize_;
+  bool streaming_;  // the buffer is larger than the reducer's streamingBytes()
   Plan plan_;
   std::vector<uint8_t> state_;  // per op: 0 waiting, 1 posted, 2 done
   std::vector<ChannelState> chan_;

@@ -16,6 +16,7 @@ Job reduceScatter(const Algorithm& algo, const Params& prm, void* buf, DType dty
             job.schedule.name, " leaves rank ", prm.rank, " a result other than block ",
             prm.rank);
   job.buf = buf;
+  job.n = prm.n;
   job.dtype = dtype;
   job.op = red.op;
   job.divideBy = red.average ? prm.size : 0;

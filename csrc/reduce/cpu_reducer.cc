@@ -2,6 +2,8 @@
 // float/int; the 16-bit float types go through Elem<T>'s float widening. SUM on
 // float32/bfloat16/float16 goes to the SIMD kernels of the reducer's level
 // (cpu_simd.h), which give the same bits at memory speed.
+#include <unistd.h>
+
 #include <cstring>
 
 #include "common/errors.h"
@@ -96,8 +98,29 @@ void CpuReducer::multiply(void* buf, size_t count, DType dtype, double factor) {
   });
 }
 
-void CpuReducer::copy(void* dst, const void* src, size_t bytes) {
-  if (bytes != 0 && dst != src) std::memcpy(dst, src, bytes);
+void CpuReducer::copy(void* dst, const void* src, size_t bytes, bool streaming) {
+  if (bytes == 0 || dst == src) return;
+  if (streaming) {
+    if (const SimdCopyFn stream = simdStreamCopy(level_)) {
+      stream(dst, src, bytes);
+      return;
+    }
+  }
+  std::memcpy(dst, src, bytes);
+}
+
+// A p = 2 all-reduce of 64 MiB moved 2.5x its size through memory per rank with
+// cached stores (each destination line read before it is written) against 2x with
+// streaming ones, 10-20% of its time on this machine's 32 MiB L3; below half the
+// cache the destination is still cached when the caller reads it, and streaming
+// would only evict it.
+size_t CpuReducer::streamingBytes() const {
+  static const size_t bytes = [] {
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return static_cast<size_t>(llc > 0 ? llc : (32L << 20)) / 2;
+  }();
+  return bytes;
 }
 
 }  // namespace ringcoll

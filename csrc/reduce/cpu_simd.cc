@@ -56,6 +56,17 @@ SimdLevel bestSimdLevel() {
   return best;
 }
 
+SimdCopyFn simdStreamCopy(SimdLevel level) {
+#if RC_SIMD_X86
+  // One kernel for both levels: 32-byte streaming stores already write whole lines
+  // past the cache.
+  if (level != SimdLevel::kScalar && simdLevelAvailable(level)) return simd::avx2::streamCopy;
+#else
+  (void)level;
+#endif
+  return nullptr;
+}
+
 SimdSumFn simdSum(SimdLevel level, DType dtype) {
 #if RC_SIMD_X86
   if (!simdLevelAvailable(level)) return nullptr;

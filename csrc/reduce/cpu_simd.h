@@ -43,4 +43,11 @@ using SimdSumFn = void (*)(void* dst, void* dst2, const void* a, const void* b, 
 // (kScalar, other dtypes, a level this build or CPU lacks).
 SimdSumFn simdSum(SimdLevel level, DType dtype);
 
+// dst = src (no overlap) written with non-temporal stores: past the caches, so a
+// destination that will not be read again soon costs no read-for-ownership of
+// every line and evicts nothing. The bytes are those of memcpy. nullptr where the
+// level has none (kScalar).
+using SimdCopyFn = void (*)(void* dst, const void* src, size_t bytes);
+SimdCopyFn simdStreamCopy(SimdLevel level);
+
 }  // namespace ringcoll

@@ -114,7 +114,7 @@ void CudaReducer::reduce(void* dst, const void* a, const void* b, size_t count, 
 void CudaReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
                           DType dtype, RedOp op) {
   reduce(dst, a, b, count, dtype, op);
-  if (dst2 != nullptr) copy(dst2, dst, count * elementSize(dtype));
+  if (dst2 != nullptr) copy(dst2, dst, count * elementSize(dtype), false);
 }
 
 void CudaReducer::divide(void* buf, size_t count, DType dtype, int divisor) {
@@ -125,7 +125,7 @@ void CudaReducer::multiply(void* buf, size_t count, DType dtype, double factor) 
   RC_CUDA_CHECK(launchMultiply(buf, count, dtype, factor, stream_));
 }
 
-void CudaReducer::copy(void* dst, const void* src, size_t bytes) {
+void CudaReducer::copy(void* dst, const void* src, size_t bytes, bool) {
   if (bytes == 0 || dst == src) return;
   RC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
 }

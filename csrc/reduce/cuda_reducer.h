@@ -28,7 +28,9 @@ class CudaReducer final : public Reducer {
                DType dtype, RedOp op) override;
   void divide(void* buf, size_t count, DType dtype, int divisor) override;
   void multiply(void* buf, size_t count, DType dtype, double factor) override;
-  void copy(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes, bool streaming) override;
+  // Device copies have no read-for-ownership to avoid: never stream.
+  size_t streamingBytes() const override { return static_cast<size_t>(-1); }
 
  private:
   cudaStream_t stream_;

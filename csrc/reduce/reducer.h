@@ -29,8 +29,13 @@ class Reducer {
   virtual void divide(void* buf, size_t count, DType dtype, int divisor) = 0;
   // buf[i] = buf[i] * factor (PREMUL_SUM's first step).
   virtual void multiply(void* buf, size_t count, DType dtype, double factor) = 0;
-  // dst = src, bytes of memory on this reducer's device.
-  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // dst = src, bytes of memory on this reducer's device. `streaming`: dst belongs
+  // to a buffer too large for the caches and is not read again soon; the CPU
+  // reducer then writes it past the caches (no read-for-ownership of each line).
+  virtual void copy(void* dst, const void* src, size_t bytes, bool streaming) = 0;
+  // Buffers larger than this are streamed (copy's `streaming`): half the CPU's
+  // last-level cache; never on devices where it does not matter.
+  virtual size_t streamingBytes() const = 0;
 };
 
 // SUM on float32, bfloat16 and float16 runs the SIMD kernels of the reducer's
@@ -48,7 +53,8 @@ class CpuReducer final : public Reducer {
                DType dtype, RedOp op) override;
   void divide(void* buf, size_t count, DType dtype, int divisor) override;
   void multiply(void* buf, size_t count, DType dtype, double factor) override;
-  void copy(void* dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes, bool streaming) override;
+  size_t streamingBytes() const override;
 
  private:
   SimdLevel level_;

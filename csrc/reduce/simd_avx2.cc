@@ -75,6 +75,27 @@ struct V {
 
 RC_SIMD_DEFINE_SUM_KERNELS
 
+// Unaligned head with memcpy up to a 32-byte boundary of dst, 32-byte streaming
+// stores, the tail with memcpy; the fence orders the streaming stores before
+// whatever publishes the data.
+RC_SIMD_TARGET void streamCopy(void* dst, const void* src, size_t bytes) {
+  char* d = static_cast<char*>(dst);
+  const char* s = static_cast<const char*>(src);
+  size_t head = (32 - reinterpret_cast<uintptr_t>(d) % 32) % 32;
+  if (head > bytes) head = bytes;
+  std::memcpy(d, s, head);
+  d += head;
+  s += head;
+  bytes -= head;
+  const size_t vectors = bytes / 32;
+  for (size_t i = 0; i < vectors; ++i) {
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(d) + i,
+                        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(s) + i));
+  }
+  _mm_sfence();
+  std::memcpy(d + vectors * 32, s + vectors * 32, bytes - vectors * 32);
+}
+
 }  // namespace ringcoll::simd::avx2
 
 #endif  // RC_SIMD_X86

@@ -25,6 +25,8 @@ namespace ringcoll::simd {
 
 namespace avx2 {
 RC_SIMD_SUM_KERNELS
+// dst = src with non-temporal stores (cpu_simd.h: simdStreamCopy).
+void streamCopy(void* dst, const void* src, size_t bytes);
 }
 namespace avx512 {
 RC_SIMD_SUM_KERNELS
