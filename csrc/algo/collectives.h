@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <utility>
 
 #include "algo/executor.h"
 #include "algo/registry.h"
@@ -24,6 +25,21 @@ struct Reduction {
   bool premul = false;   // PREMUL_SUM: multiply local input by premulFactor first
   double premulFactor = 1.0;
 };
+
+// The job of a reducing schedule over buf (prm.n elements): PREMUL_SUM scales the
+// local input now; AVG divides by p where the schedule marks elements complete.
+inline Job reducingJob(Schedule schedule, const Params& prm, void* buf, DType dtype,
+                       const Reduction& red, Reducer& reducer) {
+  if (red.premul) reducer.multiply(buf, prm.n, dtype, red.premulFactor);
+  Job job;
+  job.schedule = std::move(schedule);
+  job.buf = buf;
+  job.n = prm.n;
+  job.dtype = dtype;
+  job.op = red.op;
+  job.divideBy = red.average ? prm.size : 0;
+  return job;
+}
 
 // In place on buf (prm.n elements): every rank ends with the reduction of all
 // inputs. PREMUL_SUM's scaling of buf is done before this returns.

@@ -9,17 +9,10 @@ Job reduceScatter(const Algorithm& algo, const Params& prm, void* buf, DType dty
                   const Reduction& red, Reducer& reducer) {
   RC_ASSERT(prm.n % static_cast<size_t>(prm.size) == 0, "reduce-scatter buffer ", prm.n,
             " not a multiple of ", prm.size);
-  if (red.premul) reducer.multiply(buf, prm.n, dtype, red.premulFactor);
-  Job job;
-  job.schedule = algo.reduceScatter(prm);
+  Job job = reducingJob(algo.reduceScatter(prm), prm, buf, dtype, red, reducer);
   RC_ASSERT(job.schedule.result == blockRange(prm.n, prm.size, prm.rank),
             job.schedule.name, " leaves rank ", prm.rank, " a result other than block ",
             prm.rank);
-  job.buf = buf;
-  job.n = prm.n;
-  job.dtype = dtype;
-  job.op = red.op;
-  job.divideBy = red.average ? prm.size : 0;
   return job;
 }
 
