@@ -14,6 +14,20 @@ bool looksLikeTimeout(const std::string& what) {
   return what.find("imed out") != std::string::npos ||
       what.find("imeout") != std::string::npos;
 }
+
+std::string firstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// Posting on a pair gloo already knows is broken throws at once, on the calling
+// thread: that is the same peer failure as one a lane sees later.
+template <typename Post>
+std::unique_ptr<MessagePort::Op> post(Post&& p, int peer, const char* what) {
+  try {
+    return p();
+  } catch (const std::exception& e) {
+    throw PeerError(peer, RC_STR(what, " rank ", peer, " failed (gloo: ", firstLine(e.what()),
+                                 ")"), looksLikeTimeout(e.what()));
+  }
+}
 }  // namespace
 
 // The operations of one peer and direction, waited for in post order by a thread
@@ -68,7 +82,7 @@ class GlooTransport::Lane {
         const std::string msg = e.what();
         {
           std::lock_guard<std::mutex> lock(mutex_);
-          error_ = msg.substr(0, msg.find('\n'));
+          error_ = firstLine(msg);
         }
         failed_.store(true, std::memory_order_release);
         bell_.ring();
@@ -133,7 +147,7 @@ GlooTransport::Lane& GlooTransport::lane(std::unique_ptr<Lane>& slot, int peer,
 bool GlooTransport::trySend(int peer, const void* src, size_t bytes) {
   Lane& l = lane(peers_[peer].sends, peer, "send to");
   l.check();
-  l.push(port_->send(peer, src, bytes));
+  l.push(post([&] { return port_->send(peer, src, bytes); }, peer, "send to"));
   return true;
 }
 
@@ -163,7 +177,7 @@ bool GlooTransport::tryPostRecv(int peer, void* dst, size_t bytes) {
     pr.freeStaging.pop_back();
     staged = true;
   }
-  l.push(port_->recv(peer, dst, bytes));
+  l.push(post([&] { return port_->recv(peer, dst, bytes); }, peer, "receive from"));
   pr.posted.push_back(Posted{dst, staged});
   return true;
 }
