@@ -155,7 +155,12 @@ def missing_peer(rank, p):
             again = "no error"
         except RuntimeError as e2:
             again = str(e2)
-        return elapsed, msg, time.monotonic() - t1, again
+        elapsed2 = time.monotonic() - t1
+        # Stay until the other survivor has timed out too: once this process exits,
+        # the other would see its connection close instead (a different, correct
+        # error, but not the one this test is about).
+        time.sleep(2)
+        return elapsed, msg, elapsed2, again
     return "no error"
 
 

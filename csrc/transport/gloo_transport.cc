@@ -140,7 +140,10 @@ GlooTransport::~GlooTransport() {
 
 GlooTransport::Lane& GlooTransport::lane(std::unique_ptr<Lane>& slot, int peer,
                                          const char* what) {
-  if (!slot) slot = std::make_unique<Lane>(*bell_, timeout_, peer, what);
+  // A gloo wait that times out closes its pair, which the peer then sees as a
+  // failure of this rank; ringcoll's own timeout (the executor's, counted from the
+  // last progress) must come first, so the lanes wait four times as long.
+  if (!slot) slot = std::make_unique<Lane>(*bell_, 4 * timeout_, peer, what);
   return *slot;
 }
 
