@@ -19,6 +19,7 @@ class Options:
     inline_bytes: int | None = None  # RINGCOLL_INLINE_BYTES
     host: str | None = None  # RINGCOLL_HOST
     debug: bool | None = None  # RINGCOLL_DEBUG
+    fingerprint: bool | None = None  # RINGCOLL_FINGERPRINT
 
     def overrides(self) -> dict[str, str]:
         """The fields that are set, keyed by their environment variable name."""
@@ -35,4 +36,6 @@ class Options:
             out["RINGCOLL_HOST"] = str(self.host)
         if self.debug is not None:
             out["RINGCOLL_DEBUG"] = "1" if self.debug else "0"
+        if self.fingerprint is not None:
+            out["RINGCOLL_FINGERPRINT"] = "1" if self.fingerprint else "0"
         return out

@@ -57,7 +57,7 @@ def _child(rank, world_size, store_path, fn, args, results, init_backend, pg_tim
         buf = io.BytesIO()
         torch.save(out, buf)
         results.put((rank, "ok", buf.getvalue()))
-        if init_backend:
+        if init_backend and dist.is_initialized():  # a test may have aborted it
             dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - everything goes to the parent
         results.put((rank, "error", traceback.format_exc()))

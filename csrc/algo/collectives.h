@@ -26,12 +26,33 @@ struct Reduction {
   double premulFactor = 1.0;
 };
 
+// The op as the user named it, for the call's fingerprint.
+inline OpName reductionName(const Reduction& red) {
+  if (red.average) return OpName::kAvg;
+  if (red.premul) return OpName::kPremulSum;
+  switch (red.op) {
+    case RedOp::kSum: return OpName::kSum;
+    case RedOp::kProduct: return OpName::kProduct;
+    case RedOp::kMin: return OpName::kMin;
+    case RedOp::kMax: return OpName::kMax;
+    case RedOp::kBand: return OpName::kBand;
+    case RedOp::kBor: return OpName::kBor;
+    case RedOp::kBxor: return OpName::kBxor;
+  }
+  return OpName::kNone;
+}
+
 // The job of a reducing schedule over buf (prm.n elements): PREMUL_SUM scales the
-// local input now; AVG divides by p where the schedule marks elements complete.
+// local input in the job's prologue (once the ranks agreed, before anything is
+// sent); AVG divides by p where the schedule marks elements complete.
 inline Job reducingJob(Schedule schedule, const Params& prm, void* buf, DType dtype,
                        const Reduction& red, Reducer& reducer) {
-  if (red.premul) reducer.multiply(buf, prm.n, dtype, red.premulFactor);
   Job job;
+  if (red.premul) {
+    const size_t n = prm.n;
+    const double factor = red.premulFactor;
+    job.prologue = [&reducer, buf, n, dtype, factor] { reducer.multiply(buf, n, dtype, factor); };
+  }
   job.schedule = std::move(schedule);
   job.buf = buf;
   job.n = prm.n;
@@ -42,7 +63,7 @@ inline Job reducingJob(Schedule schedule, const Params& prm, void* buf, DType dt
 }
 
 // In place on buf (prm.n elements): every rank ends with the reduction of all
-// inputs. PREMUL_SUM's scaling of buf is done before this returns.
+// inputs. PREMUL_SUM's scaling of buf is the job's prologue.
 Job allreduce(const Algorithm& algo, const Params& prm, void* buf, DType dtype,
               const Reduction& red, Reducer& reducer);
 

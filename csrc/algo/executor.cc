@@ -6,10 +6,13 @@
 
 namespace ringcoll::algo {
 
-Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t segElems)
+Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t segElems,
+                     Fingerprint* header)
     : transport_(transport),
       reducer_(reducer),
       job_(std::move(job)),
+      header_(header),
+      prologueDone_(!job_.prologue),
       elemSize_(elementSize(job_.dtype)),
       streaming_(job_.n * elemSize_ > reducer.streamingBytes()),
       plan_(compilePlan(job_.schedule, segElems, job_.divideBy > 0)),
@@ -17,10 +20,28 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
       chan_(plan_.channels.size()),
       remaining_(plan_.ops.size()),
       lastMove_(Clock::now()) {
+  const bool checked = job_.checked && !transport_.streamOrdered();
+  if (checked) {
+    *header_ = job_.fingerprint;
+    auto add = [this](int peer) {
+      if (peer < 0 || peer == transport_.rank()) return;
+      for (const auto& h : headers_) {
+        if (h.peer == peer) return;
+      }
+      HeaderState h;
+      h.peer = peer;
+      h.base = transport_.sendsDone(peer);
+      headers_.push_back(h);
+    };
+    for (const auto& c : plan_.channels) add(c.peer);  // headers_[ci] is channel ci
+    for (int peer : job_.neighbours) add(peer);
+    headersOpen_ = 2 * headers_.size();
+    headersChecked_ = headers_.empty();
+  }
   for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
     // Every earlier collective's sends completed before it did, so the transport's
-    // count of completed sends restarts from here for this one.
-    chan_[ci].transportBase = transport_.sendsDone(plan_.channels[ci].peer);
+    // count of completed sends restarts from here for this one (after the header).
+    chan_[ci].transportBase = transport_.sendsDone(plan_.channels[ci].peer) + (checked ? 1 : 0);
   }
 }
 
@@ -42,28 +63,81 @@ void Execution::setDone(uint32_t i) {
   --remaining_;
 }
 
-void Execution::blocked(int peer, const PlanOp& op, const char* what) {
+void Execution::blocked(int peer, int step, const char* what) {
   if (waitPeer_ >= 0) return;  // keep the first thing this pass waited for
   waitPeer_ = peer;
-  waitStep_ = op.step;
+  waitStep_ = step;
   waitWhat_ = what;
 }
 
 std::string Execution::waitingWhat() const {
   if (waitPeer_ < 0) return "its peers";
+  if (waitStep_ < 0) {
+    return RC_STR(waitWhat_, " rank ", waitPeer_, " (the header that opens ",
+                  job_.schedule.name, ")");
+  }
   return RC_STR(waitWhat_, " rank ", waitPeer_, " (step ", waitStep_, " of ",
                 job_.schedule.name, ")");
+}
+
+// The fingerprint exchange (executor.h): our header out to every peer, theirs in
+// and compared. Throws MismatchError on the first header that disagrees.
+bool Execution::exchangeHeaders() {
+  bool moved = false;
+  for (auto& h : headers_) {
+    if (h.sent) continue;
+    if (!transport_.trySend(h.peer, header_, sizeof(Fingerprint))) {
+      blocked(h.peer, -1, "room for a message at");
+      continue;
+    }
+    h.sent = true;
+    moved = true;
+  }
+  for (auto& h : headers_) {
+    if (h.posted) continue;
+    if (!transport_.tryPostRecv(h.peer, nullptr, sizeof(Fingerprint))) continue;
+    h.posted = true;
+    moved = true;
+  }
+  transport_.flush();
+  for (auto& h : headers_) {
+    if (!h.posted || h.checked) continue;
+    const void* view = transport_.recvView(h.peer);
+    if (view == nullptr) {
+      blocked(h.peer, -1, "a message from");
+      continue;
+    }
+    const std::string disagreement = mismatch(*header_, view, h.peer);
+    transport_.releaseRecv(h.peer);
+    if (!disagreement.empty()) throw MismatchError(h.peer, disagreement);
+    h.checked = true;
+    --headersOpen_;
+    moved = true;
+  }
+  bool all = true;
+  for (auto& h : headers_) {
+    all = all && h.checked;
+    if (h.sent && !h.sendDone && transport_.sendsDone(h.peer) > h.base) {
+      h.sendDone = true;
+      --headersOpen_;
+      moved = true;
+    }
+  }
+  headersChecked_ = all;
+  return moved;
 }
 
 bool Execution::postSends(Channel& c, size_t ci) {
   ChannelState& cs = chan_[ci];
   bool moved = false;
+  if (!prologueDone_) return false;
+  if (!headers_.empty() && !headers_[ci].sent) return false;  // the header goes first
   while (cs.sendNext < c.sends.size()) {
     const uint32_t i = c.sends[cs.sendNext];
     const PlanOp& op = plan_.ops[i];
     if (!ready(op)) break;
     if (!transport_.trySend(c.peer, at(op), bytes(op))) {
-      blocked(c.peer, op, "room for a message at");
+      blocked(c.peer, op.step, "room for a message at");
       break;
     }
     state_[i] = 1;
@@ -96,7 +170,7 @@ bool Execution::consumeRecvs(Channel& c, size_t ci) {
     if (!ready(op)) break;
     const void* view = transport_.recvView(c.peer);
     if (view == nullptr) {
-      blocked(c.peer, op, "a message from");
+      blocked(c.peer, op.step, "a message from");
       break;
     }
     consume(op, view);
@@ -124,7 +198,8 @@ void Execution::consume(const PlanOp& op, const void* view) {
     const int fpeer = plan_.ops[op.forward].peer;
     while (plan_.channels[fci].peer != fpeer) ++fci;
     const Channel& fc = plan_.channels[fci];
-    if (transport_.copiesSends(fpeer) && chan_[fci].sendNext < fc.sends.size() &&
+    if (transport_.copiesSends(fpeer) && (headers_.empty() || headers_[fci].sent) &&
+        chan_[fci].sendNext < fc.sends.size() &&
         fc.sends[chan_[fci].sendNext] == static_cast<uint32_t>(op.forward)) {
       out = transport_.sendSlot(fpeer, nb);
     }
@@ -155,33 +230,47 @@ bool Execution::runFinishes() {
 void Execution::collectSends(Channel& c, size_t ci) {
   ChannelState& cs = chan_[ci];
   if (cs.sendComplete == cs.sendNext) return;
-  const uint64_t done = transport_.sendsDone(c.peer) - cs.transportBase;
+  const uint64_t raw = transport_.sendsDone(c.peer);
+  if (raw < cs.transportBase) return;  // the header's send is not complete yet
+  const uint64_t done = raw - cs.transportBase;
   while (cs.sendComplete < cs.sendNext && cs.sendComplete < done) {
     setDone(c.sends[cs.sendComplete]);
     ++cs.sendComplete;
   }
 }
 
+bool Execution::runPrologue() {
+  if (prologueDone_ || !headersChecked_) return false;
+  job_.prologue();
+  prologueDone_ = true;
+  return true;
+}
+
 bool Execution::progress() {
   const size_t before = remaining_;
   waitPeer_ = -1;
   if (transport_.streamOrdered()) {
+    runPrologue();  // stream-ordered transports skip the fingerprint
     const bool moved = progressWaves() || remaining_ != before;
     if (moved) lastMove_ = Clock::now();
     return moved;
   }
   bool moved = false;
+  if (headersOpen_ > 0) moved |= exchangeHeaders();
+  moved |= runPrologue();
   for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
     moved |= postSends(plan_.channels[ci], ci);
   }
-  for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
-    moved |= postRecvs(plan_.channels[ci], ci);
+  if (headersChecked_) {
+    for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
+      moved |= postRecvs(plan_.channels[ci], ci);
+    }
+    transport_.flush();
+    for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
+      moved |= consumeRecvs(plan_.channels[ci], ci);
+    }
+    moved |= runFinishes();
   }
-  transport_.flush();
-  for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
-    moved |= consumeRecvs(plan_.channels[ci], ci);
-  }
-  moved |= runFinishes();
   for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
     collectSends(plan_.channels[ci], ci);
   }
@@ -201,7 +290,7 @@ size_t Executor::segmentElems(DType dtype) const {
 
 std::unique_ptr<Execution> Executor::start(Job job) {
   const size_t seg = segmentElems(job.dtype);
-  return std::make_unique<Execution>(transport_, reducer_, std::move(job), seg);
+  return std::make_unique<Execution>(transport_, reducer_, std::move(job), seg, &header_);
 }
 
 bool Executor::drive(Execution& ex, Clock::time_point until,

@@ -18,6 +18,15 @@
 // batches pair with its peers' and the reduction of one segment overlaps the
 // transfer of the next; a finishing pass is fenced after all posted transfers.
 //
+// Fingerprints: a checked job first sends its 64-byte header to each of its peers
+// (before any payload to that peer, so it is the first message the peer receives
+// from this rank in this collective) and posts a header receive from each (before
+// any payload receive). Payload sends may leave before the peers' headers came,
+// since they only read; receives are announced, and anything written, only once
+// every header matched. The header buffer is the Executor's, not the Execution's,
+// and a job is done only once its header sends completed, so a transport that
+// reads it late (gloo) never reads freed memory.
+//
 // Timeout: a collective fails with PeerError when it makes no progress for the
 // group's timeout; the error names the peer it was waiting for and what for.
 #pragma once
@@ -25,10 +34,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "algo/fingerprint.h"
 #include "algo/plan.h"
 #include "algo/schedule.h"
 #include "reduce/reducer.h"
@@ -44,17 +55,32 @@ struct Job {
   DType dtype = DType::kUInt8;
   RedOp op = RedOp::kSum;  // for receive-reduce transfers
   int divideBy = 0;        // > 0: divide where the schedule marks elements reduced
+  // The fingerprint exchange (algo/fingerprint.h): when `checked`, the job opens
+  // by sending `fingerprint` to every peer of its schedule and to `neighbours`
+  // (this rank's ring neighbours) and receiving theirs; no payload is received,
+  // and nothing is written to buf, before every one of them matched. A mismatch
+  // throws MismatchError naming both calls. Stream-ordered transports skip it.
+  bool checked = false;
+  Fingerprint fingerprint;
+  std::vector<int> neighbours;
+  // Local work on buf that must wait for the fingerprint (PREMUL_SUM's scaling,
+  // placing this rank's block): run once every header matched (at once when
+  // unchecked), before any payload is sent. May be empty.
+  std::function<void()> prologue;
 };
 
 class Execution {
  public:
   using Clock = std::chrono::steady_clock;
 
-  Execution(Transport& transport, Reducer& reducer, Job job, size_t segElems);
+  // `header`: where the fingerprint is sent from (the Executor's); it must stay
+  // valid until the transport completed the sends of this execution's headers.
+  Execution(Transport& transport, Reducer& reducer, Job job, size_t segElems,
+            Fingerprint* header);
 
   // One pass over everything that can move; true if anything did.
   bool progress();
-  bool done() const { return remaining_ == 0; }
+  bool done() const { return remaining_ == 0 && headersOpen_ == 0; }
   // The peer this execution waits for (-1 if none known) and what for.
   int waitingPeer() const { return waitPeer_; }
   std::string waitingWhat() const;
@@ -72,7 +98,9 @@ class Execution {
   bool progressWaves();
   void consume(const PlanOp& op, const void* view);
   void collectSends(Channel& c, size_t ci);
-  void blocked(int peer, const PlanOp& op, const char* what);
+  bool exchangeHeaders();
+  bool runPrologue();
+  void blocked(int peer, int step, const char* what);
   void setDone(uint32_t i);
 
   struct ChannelState {
@@ -83,9 +111,24 @@ class Execution {
     uint64_t transportBase = 0;  // transport's sendsDone() when this job started
   };
 
+  // One peer's side of the fingerprint exchange.
+  struct HeaderState {
+    int peer = -1;
+    uint64_t base = 0;      // the transport's sendsDone(peer) when this job started
+    bool sent = false;      // our header posted to the peer
+    bool sendDone = false;  // ... and its source no longer read
+    bool posted = false;    // the peer's header receive announced
+    bool checked = false;   // ... arrived and matched
+  };
+
   Transport& transport_;
   Reducer& reducer_;
   Job job_;
+  Fingerprint* header_;
+  std::vector<HeaderState> headers_;  // channel ci's peer is headers_[ci]
+  size_t headersOpen_ = 0;            // unchecked receives + uncompleted sends
+  bool headersChecked_ = true;        // every received header matched
+  bool prologueDone_;                 // job_.prologue ran (or there is none)
   size_t elemSize_;
   bool streaming_;  // the buffer is larger than the reducer's streamingBytes()
   Plan plan_;
@@ -129,6 +172,7 @@ class Executor {
   Reducer& reducer_;
   size_t chunkBytes_;
   std::atomic<int> waitingFor_{-1};
+  Fingerprint header_;  // the running execution's, sent from here
 };
 
 }  // namespace ringcoll::algo

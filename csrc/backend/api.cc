@@ -22,6 +22,22 @@ void writeBack(at::Tensor& dst, const at::Tensor& flat) {
 
 size_t bytesOf(const at::Tensor& t) { return t.numel() * t.element_size(); }
 
+// A call's fingerprint as this rank sees it (algo/fingerprint.h); launch() adds
+// the sequence number, the rank and the algorithm. `count`: the elements of one
+// rank's contribution as the user passed them (all_gather: its input; reduce_scatter:
+// its output; the coalesced variants: all tensors together).
+algo::Fingerprint callPrint(algo::Method method, DType dtype, int64_t count,
+                            algo::OpName op = algo::OpName::kNone, int root = -1) {
+  algo::Fingerprint fp;
+  fp.method = method;
+  fp.dtype = dtype;
+  fp.hasDtype = 1;
+  fp.count = static_cast<uint64_t>(count);
+  fp.op = op;
+  fp.root = root;
+  return fp;
+}
+
 // A reduce-scatter over `work` (this rank's whole input, which it clobbers); `out`
 // receives the range the schedule says this rank keeps.
 Staged reduceScatterInto(at::Tensor out, at::Tensor work, const algo::Algorithm& algo,
@@ -45,7 +61,9 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
   at::Tensor t = checks::single(op, tensors, "input");
   const DType dtype = checks::tensorDType(op, t, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
-  return launch(c10d::OpType::ALLREDUCE, op, {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
+  return launch(c10d::OpType::ALLREDUCE, op,
+                callPrint(algo::Method::kAllreduce, dtype, t.numel(), algo::reductionName(red)),
+                {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
                 [this, t, dtype, red](algo::Executor& ex) {
                   at::Tensor flat = flatWorking(t);
                   return Staged{algo::allreduce(algorithm_, params(flat.numel()),
@@ -69,7 +87,12 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(
   }
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   std::vector<at::Tensor> ts = tensors;
-  return launch(c10d::OpType::ALLREDUCE_COALESCED, op, ts, ts, bytes, opTimeout(opts.timeout),
+  int64_t count = 0;
+  for (const auto& t : ts) count += t.numel();
+  return launch(c10d::OpType::ALLREDUCE_COALESCED, op,
+                callPrint(algo::Method::kAllreduceCoalesced, dtype, count,
+                          algo::reductionName(red)),
+                ts, ts, bytes, opTimeout(opts.timeout),
                 [this, ts, dtype, red](algo::Executor& ex) {
                   std::vector<at::Tensor> flats;
                   int64_t total = 0;
@@ -101,7 +124,10 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce(std::vector<at::Tensor>& 
   const bool isRoot = opts.rootRank == getRank();
   // An all-reduce whose result only the root keeps: non-roots work on a copy so
   // their input is left as it was.
-  return launch(c10d::OpType::REDUCE, op, {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
+  return launch(c10d::OpType::REDUCE, op,
+                callPrint(algo::Method::kReduce, dtype, t.numel(), algo::reductionName(red),
+                          static_cast<int>(opts.rootRank)),
+                {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
                 [this, t, dtype, red, isRoot](algo::Executor& ex) {
                   at::Tensor flat = isRoot ? flatWorking(t)
                                            : workspace(t.numel(), t).copy_(t.reshape({-1}));
@@ -120,7 +146,9 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
   const DType dtype = checks::tensorDType(op, t, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
-  return launch(c10d::OpType::BROADCAST, op, {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
+  return launch(c10d::OpType::BROADCAST, op,
+                callPrint(algo::Method::kBroadcast, dtype, t.numel(), algo::OpName::kNone, root),
+                {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
                 [this, t, dtype, root](algo::Executor&) {
                   at::Tensor flat = flatWorking(t);
                   return Staged{algo::broadcast(algorithm_,
@@ -137,15 +165,20 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_allgather_base(
   const DType dtype = checks::tensorDType(op, input, "input");
   at::Tensor out = output;
   at::Tensor in = input;
-  return launch(c10d::OpType::_ALLGATHER_BASE, op, {in}, {out}, bytesOf(out),
+  return launch(c10d::OpType::_ALLGATHER_BASE, op,
+                callPrint(algo::Method::kAllgatherIntoTensor, dtype, in.numel()), {in}, {out},
+                bytesOf(out),
                 opTimeout(opts.timeout), [this, out, in, dtype](algo::Executor&) {
                   at::Tensor flat = flatWorking(out);
                   const algo::Range mine =
                       algo::blockRange(flat.numel(), getSize(), getRank());
-                  flat.narrow(0, mine.begin, mine.size()).copy_(in.reshape({-1}));
-                  return Staged{algo::allgather(algorithm_, params(flat.numel()),
-                                                flat.data_ptr(), dtype),
-                                [out, flat]() mutable { writeBack(out, flat); }};
+                  algo::Job job = algo::allgather(algorithm_, params(flat.numel()),
+                                                  flat.data_ptr(), dtype);
+                  // Into the user's output only once the ranks agreed (the prologue).
+                  job.prologue = [flat, in, mine]() mutable {
+                    flat.narrow(0, mine.begin, mine.size()).copy_(in.reshape({-1}));
+                  };
+                  return Staged{std::move(job), [out, flat]() mutable { writeBack(out, flat); }};
                 });
 }
 
@@ -157,7 +190,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
   const DType dtype = checks::tensorDType(op, in, "input");
   std::vector<at::Tensor> outs =
       checks::perRankList(op, outputs, "output", getSize(), in, "the input");
-  return launch(c10d::OpType::ALLGATHER, op, {in}, outs, bytesOf(in) * outs.size(),
+  return launch(c10d::OpType::ALLGATHER, op, callPrint(algo::Method::kAllgather, dtype, in.numel()),
+                {in}, outs, bytesOf(in) * outs.size(),
                 opTimeout(opts.timeout), [this, outs, in, dtype](algo::Executor&) {
                   const int64_t m = in.numel();
                   at::Tensor flat = workspace(m * static_cast<int64_t>(outs.size()), in);
@@ -181,7 +215,10 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   at::Tensor out = output;
   at::Tensor in = input;
-  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op, {in}, {out}, bytesOf(in),
+  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op,
+                callPrint(algo::Method::kReduceScatterTensor, dtype, out.numel(),
+                          algo::reductionName(red)),
+                {in}, {out}, bytesOf(in),
                 opTimeout(opts.timeout), [this, out, in, dtype, red](algo::Executor& ex) {
                   // The schedule reduces in place, so it works on a copy of the input.
                   at::Tensor work = workspace(in.numel(), in).copy_(in.reshape({-1}));
@@ -199,7 +236,10 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
   std::vector<at::Tensor> ins =
       checks::perRankList(op, inputs, "input", getSize(), out, "the output");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
-  return launch(c10d::OpType::REDUCE_SCATTER, op, ins, {out}, bytesOf(out) * ins.size(),
+  return launch(c10d::OpType::REDUCE_SCATTER, op,
+                callPrint(algo::Method::kReduceScatter, dtype, out.numel(),
+                          algo::reductionName(red)),
+                ins, {out}, bytesOf(out) * ins.size(),
                 opTimeout(opts.timeout), [this, out, ins, dtype, red](algo::Executor& ex) {
                   std::vector<at::Tensor> flats;
                   for (auto& t : ins) flats.push_back(t.reshape({-1}));
@@ -212,7 +252,9 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::barrier(const c10d::BarrierOptions& opts) {
   const char* op = "barrier";
-  return launch(c10d::OpType::BARRIER, op, {}, {}, static_cast<size_t>(getSize()),
+  algo::Fingerprint fp;
+  fp.method = algo::Method::kBarrier;
+  return launch(c10d::OpType::BARRIER, op, fp, {}, {}, static_cast<size_t>(getSize()),
                 opTimeout(opts.timeout), [this](algo::Executor&) {
                   at::Tensor scratch = at::zeros({getSize()}, at::kByte);
                   return Staged{algo::barrier(algorithm_, params(0), scratch.data_ptr()),

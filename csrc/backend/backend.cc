@@ -2,6 +2,7 @@
 
 #include <Python.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -23,6 +24,25 @@ using Clock = std::chrono::steady_clock;
 // late; an on-time small collective finishes well within it.
 constexpr auto kInlineBudget = std::chrono::milliseconds(2);
 
+// How often a CPU collective that waits looks for reasons to stop: a disagreement
+// another rank reported in the store (one store round trip, tens of
+// microseconds, ten times a second), abort(), shutdown().
+constexpr auto kReportPoll = std::chrono::milliseconds(100);
+
+// shutdown() lets a collective in flight finish while it makes progress; one that
+// waited this long for its peers is failed instead of waiting out the timeout.
+constexpr auto kShutdownGrace = std::chrono::seconds(2);
+
+// The group's store key under which the first rank that saw a disagreement
+// writes it.
+const char* const kFailureKey = "ringcoll/failure";
+
+// A failure another rank reported through the store.
+class ReportedError : public PeerError {
+ public:
+  explicit ReportedError(const std::string& what) : PeerError(-1, what) {}
+};
+
 }  // namespace
 
 // A CPU collective, started on one thread and possibly finished on another.
@@ -30,6 +50,7 @@ struct RingcollBackend::CpuTask {
   c10::intrusive_ptr<RingcollWork> work;
   Body body;
   std::string label;
+  algo::Fingerprint fp;  // seq and rank set; the algorithm once the body ran
   std::chrono::milliseconds timeout;
   std::optional<Staged> staged;
   std::unique_ptr<algo::Execution> exec;
@@ -53,6 +74,10 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   const Topology topo = exchangeTopology(rv, rank, size,
                                          knobs_.host.empty() ? thisHost() : knobs_.host);
   ringOrder_ = topo.order;
+  if (size > 1) {
+    const auto me = std::find(ringOrder_.begin(), ringOrder_.end(), rank) - ringOrder_.begin();
+    ringNeighbours_ = {ringOrder_[(me + size - 1) % size], ringOrder_[(me + 1) % size]};
+  }
   try {
     transport_ = makeCpuTransport(topo, knobs_.transport, rv, makeGlooPort(p2p_, kInternalTag),
                                   rank, size, knobs_.chunkBytes, timeout_);
@@ -61,7 +86,7 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   } catch (const std::runtime_error& e) {
     C10_THROW_ERROR(DistBackendError, c10::str("ringcoll: setting up the transport: ", e.what()));
   }
-  executor_ = std::make_unique<algo::Executor>(*transport_, reducer_, knobs_.chunkBytes);
+  executor_ = std::make_shared<algo::Executor>(*transport_, reducer_, knobs_.chunkBytes);
   worker_ = std::make_unique<Worker>();
   if (knobs_.debug) {
     std::string links;
@@ -72,13 +97,23 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   }
 }
 
-RingcollBackend::~RingcollBackend() {
+RingcollBackend::~RingcollBackend() { stop(Stop::kShutdown); }
+
+void RingcollBackend::stop(Stop how) {
+  int prev = stop_.load();
+  while (prev < static_cast<int>(how) &&
+         !stop_.compare_exchange_weak(prev, static_cast<int>(how))) {
+  }
   // Joining the worker (and the CUDA watchdog) can wait on the GIL: their last
   // references to user tensors may be Python-owned, and dropping those needs the
   // GIL. destroy_process_group frees the backend with the GIL held, so release it
-  // while joining, or the two threads deadlock.
+  // while joining, or the two threads deadlock. The worker's tasks see stop_ within
+  // kReportPoll and fail (queued ones at once), so the join is prompt.
   auto join = [this] {
     worker_.reset();
+    // Nothing runs on them any more: unmap the shared memory, close the lanes.
+    executor_.reset();
+    transport_.reset();
 #ifdef RINGCOLL_WITH_CUDA
     cuda_.reset();
 #endif
@@ -92,8 +127,47 @@ RingcollBackend::~RingcollBackend() {
   }
 }
 
+std::string RingcollBackend::brokenReason() {
+  std::lock_guard<std::mutex> lock(brokenMutex_);
+  return broken_;
+}
+
+void RingcollBackend::markBroken(const std::string& why) {
+  std::lock_guard<std::mutex> lock(brokenMutex_);
+  if (broken_.empty()) broken_ = why;
+}
+
+void RingcollBackend::checkInterrupts(const CpuTask& t) {
+  const int how = stop_.load();
+  if (how == static_cast<int>(Stop::kAbort)) {
+    throw PeerError(-1, "aborted (ProcessGroup abort() was called) while it waited for " +
+                            t.exec->waitingWhat());
+  }
+  if (how == static_cast<int>(Stop::kShutdown) &&
+      Clock::now() - t.exec->lastMove() >= kShutdownGrace) {
+    throw PeerError(-1, "the process group was shut down (destroy_process_group) while it "
+                        "waited for " + t.exec->waitingWhat());
+  }
+  const std::string report = peerReport();
+  if (!report.empty()) throw ReportedError(report);
+}
+
+std::string RingcollBackend::peerReport() {
+  try {
+    if (store_->check({kFailureKey})) {
+      const std::vector<uint8_t> v = store_->get(kFailureKey);
+      return std::string(v.begin(), v.end());
+    }
+  } catch (const std::exception&) {
+    // The store's host may be the peer that died; this collective's own timeout
+    // and the transports' liveness checks still end it.
+  }
+  return "";
+}
+
 std::vector<std::string> RingcollBackend::links() const {
   std::vector<std::string> out;
+  if (!transport_) return out;  // aborted or shut down
   for (int r = 0; r < getSize(); ++r) out.push_back(r == getRank() ? "" : transport_->linkName(r));
   return out;
 }
@@ -126,6 +200,7 @@ at::Tensor RingcollBackend::workspace(int64_t numel, const at::Tensor& like) {
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const char* op,
+                                                       algo::Fingerprint fp,
                                                        const std::vector<at::Tensor>& inputs,
                                                        std::vector<at::Tensor> outputs,
                                                        size_t bytes,
@@ -133,6 +208,13 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
                                                        Body body) {
   const uint64_t seq = ++seq_;
   const std::string label = RingcollWork::label(op, seq, getRank(), getSize());
+  if (const int how = stop_.load()) {
+    C10_THROW_ERROR(DistBackendError,
+                    c10::str(label, ": the process group was ",
+                             how == static_cast<int>(Stop::kAbort) ? "aborted" : "shut down"));
+  }
+  fp.seq = seq;
+  fp.rank = getRank();
   const at::Tensor* first = !inputs.empty() ? &inputs[0] : (!outputs.empty() ? &outputs[0] : nullptr);
   if (first && first->is_cuda()) {
 #ifdef RINGCOLL_WITH_CUDA
@@ -153,17 +235,19 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
     TORCH_CHECK(false, "ringcoll::", op, ": this ringcoll build has no CUDA support");
 #endif
   }
-  return launchCpu(type, label, seq, std::move(outputs), bytes, timeout, std::move(body));
+  return launchCpu(type, label, seq, fp, std::move(outputs), bytes, timeout, std::move(body));
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type,
                                                           const std::string& label,
-                                                          uint64_t seq,
+                                                          uint64_t seq, algo::Fingerprint fp,
                                                           std::vector<at::Tensor> outputs,
                                                           size_t bytes,
                                                           std::chrono::milliseconds timeout,
                                                           Body body) {
-  algo::Executor* executor = executor_.get();
+  // The Work may outlive abort(), which drops the backend's executor: it keeps
+  // its own reference, and only reads the executor's waitingFor().
+  std::shared_ptr<algo::Executor> executor = executor_;
   auto task = std::make_shared<CpuTask>();
   task->work = c10::make_intrusive<RingcollWork>(
       getRank(), type, label, seq, timeout, std::move(outputs), [executor]() -> std::string {
@@ -173,6 +257,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type,
       });
   task->body = std::move(body);
   task->label = label;
+  task->fp = fp;
   task->timeout = timeout;
   // Small and nothing ahead of it: run here, no hand-off to the worker and back.
   if (bytes <= knobs_.inlineBytes && worker_->tryClaim()) {
@@ -190,19 +275,37 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type,
 bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
   try {
     if (!t.exec) {
-      {
-        std::lock_guard<std::mutex> lock(brokenMutex_);
-        if (!broken_.empty()) {
-          C10_THROW_ERROR(DistBackendError,
-                          c10::str(t.label, ": the group is unusable after an earlier "
-                                            "failure: ", broken_));
-        }
+      const std::string why = brokenReason();
+      if (!why.empty()) {
+        C10_THROW_ERROR(DistBackendError,
+                        c10::str(t.label, ": the group is unusable after an earlier "
+                                          "failure: ", why));
+      }
+      if (const int how = stop_.load()) {
+        C10_THROW_ERROR(DistBackendError,
+                        c10::str(t.label, ": the process group was ",
+                                 how == static_cast<int>(Stop::kAbort) ? "aborted"
+                                                                       : "shut down"));
       }
       t.started = Clock::now();
       t.staged = t.body(*executor_);
-      t.exec = executor_->start(std::move(t.staged->job));
+      algo::Job& job = t.staged->job;
+      if (knobs_.fingerprint) {
+        job.checked = true;
+        job.fingerprint = t.fp;
+        job.fingerprint.setAlgorithm(job.schedule.name);
+        job.neighbours = ringNeighbours_;
+      }
+      t.exec = executor_->start(std::move(job));
     }
-    if (!executor_->drive(*t.exec, until, t.timeout)) return false;
+    // In slices, so that a collective that waits sees a peer's report, abort() and
+    // shutdown() (checkInterrupts) within kReportPoll.
+    for (;;) {
+      const auto slice = std::min(until, Clock::now() + kReportPoll);
+      if (executor_->drive(*t.exec, slice, t.timeout)) break;
+      if (Clock::now() >= until) return false;
+      checkInterrupts(t);
+    }
     if (t.staged->finish) t.staged->finish();
     if (knobs_.debug) {
       const double ms =
@@ -214,10 +317,23 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
     t.staged.reset();
     t.work->finish();
   } catch (const PeerError& e) {
-    const std::string msg = c10::str(t.label, ": ", e.what());
-    {
-      std::lock_guard<std::mutex> lock(brokenMutex_);
-      if (broken_.empty()) broken_ = msg;
+    std::string msg = c10::str(t.label, ": ", e.what());
+    const bool mismatch = dynamic_cast<const MismatchError*>(&e) != nullptr;
+    if (!mismatch && dynamic_cast<const ReportedError*>(&e) == nullptr) {
+      // A peer that found a disagreement raised and may have exited already: its
+      // closed connection is a symptom, its report the cause.
+      const std::string report = peerReport();
+      if (!report.empty()) msg = c10::str(t.label, ": ", report, " (then: ", e.what(), ")");
+    }
+    markBroken(msg);
+    if (mismatch) {
+      // Tell the ranks that exchanged no header with the disagreeing ones
+      // (checkInterrupts); best effort: they time out otherwise.
+      try {
+        const std::string report = c10::str("rank ", getRank(), " found that ", e.what());
+        store_->set(kFailureKey, std::vector<uint8_t>(report.begin(), report.end()));
+      } catch (const std::exception&) {
+      }
     }
     try {
       C10_THROW_ERROR(DistBackendError, msg);

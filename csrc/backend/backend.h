@@ -13,6 +13,17 @@
 // DistBackendError naming op, sequence number, rank and peer, and leaves the
 // backend unusable (the ring's message pairing is lost): later collectives fail
 // at once with the first error instead of hanging.
+//
+// Ranks that disagree about a collective (algo/fingerprint.h) are caught by the
+// ranks that exchange headers with each other; the rank that sees a disagreement
+// also writes it to the group's store, and every rank whose collective waits for
+// its peers looks there every kReportPoll, so the ranks that saw nothing raise
+// the same error within a fraction of a second instead of at the timeout.
+//
+// abort() fails the collectives in flight and queued at once; shutdown() (called
+// by destroy_process_group) lets them finish while they make progress and fails
+// them once they waited kShutdownGrace for a peer. Either way the backend is then
+// unusable and its threads are joined, so neither ever hangs on a dead peer.
 #pragma once
 
 #include <atomic>
@@ -80,6 +91,9 @@ class RingcollBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
                                                int tag) override;
 
+  void abort() override { stop(Stop::kAbort); }
+  void shutdown() override { stop(Stop::kShutdown); }
+
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
@@ -93,16 +107,28 @@ class RingcollBackend final : public c10d::Backend {
   // kernels, comm stream). `inputs` and `outputs` are the user's tensors; `bytes`,
   // the size of the collective's buffer, decides whether it may run inline.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* op,
+                                        algo::Fingerprint fp,
                                         const std::vector<at::Tensor>& inputs,
                                         std::vector<at::Tensor> outputs, size_t bytes,
                                         std::chrono::milliseconds timeout, Body body);
   c10::intrusive_ptr<c10d::Work> launchCpu(c10d::OpType type, const std::string& label,
-                                           uint64_t seq, std::vector<at::Tensor> outputs,
+                                           uint64_t seq, algo::Fingerprint fp,
+                                           std::vector<at::Tensor> outputs,
                                            size_t bytes, std::chrono::milliseconds timeout,
                                            Body body);
   // Starts or resumes a CPU task; false if `until` came first (it can be resumed).
   bool runCpu(CpuTask& task, std::chrono::steady_clock::time_point until);
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
+  // Between slices of a CPU collective: throws if it must end now (a peer's report
+  // in the store, abort(), shutdown() with no progress for kShutdownGrace).
+  void checkInterrupts(const CpuTask& task);
+  // What another rank reported in the group's store (a disagreement), "" if none.
+  std::string peerReport();
+  // The first failure of this group, as this rank saw or learnt it; "" if none.
+  std::string brokenReason();
+  void markBroken(const std::string& why);
+  enum class Stop : int { kRunning = 0, kShutdown = 1, kAbort = 2 };
+  void stop(Stop how);
   algo::Params params(size_t n, int root = 0) const;
   // A flat working buffer of `numel` elements like `like` (dtype, device). On CPU it
   // is memory reused from one collective to the next: a fresh allocation of tens of
@@ -117,13 +143,15 @@ class RingcollBackend final : public c10d::Backend {
   const std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Backend> p2p_;
   std::vector<int> ringOrder_;
+  std::vector<int> ringNeighbours_;  // the ranks before and after this one in ringOrder_
   std::unique_ptr<RoutedTransport> transport_;
   CpuReducer reducer_;
-  std::unique_ptr<algo::Executor> executor_;
+  std::shared_ptr<algo::Executor> executor_;
   at::Tensor workspace_;  // bytes, CPU; see workspace()
   std::atomic<uint64_t> seq_{0};
   std::mutex brokenMutex_;
   std::string broken_;  // the first peer failure, once there was one
+  std::atomic<int> stop_{0};  // a Stop
 #ifdef RINGCOLL_WITH_CUDA
   std::mutex cudaMutex_;
   std::unique_ptr<CudaPath> cuda_;  // created by the first CUDA collective

@@ -30,6 +30,13 @@ class PeerError : public std::runtime_error {
   bool timedOut_;
 };
 
+// Ranks disagree about a collective (algo/fingerprint.h): what() names both calls,
+// peer() the rank whose header disagreed. Detected before any payload was touched.
+class MismatchError : public PeerError {
+ public:
+  MismatchError(int peer, const std::string& what) : PeerError(peer, what) {}
+};
+
 namespace detail {
 template <typename... Args>
 std::string cat(const Args&... args) {

@@ -16,6 +16,7 @@ const std::vector<std::string>& knownNames() {
   static const std::vector<std::string> names = {
       "RINGCOLL_ALGO", "RINGCOLL_TRANSPORT", "RINGCOLL_CHUNK_BYTES",
       "RINGCOLL_INLINE_BYTES", "RINGCOLL_HOST", "RINGCOLL_DEBUG",
+      "RINGCOLL_FINGERPRINT",
       // Read by the build (setup.py), not by the backend; listed so it is not
       // reported as unknown.
       "RINGCOLL_CUDA"};
@@ -54,6 +55,8 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
     k.host = value;
   } else if (name == "RINGCOLL_DEBUG") {
     k.debug = parseBool(name, value);
+  } else if (name == "RINGCOLL_FINGERPRINT") {
+    k.fingerprint = parseBool(name, value);
   } else if (name == "RINGCOLL_CUDA") {
     // build-time only
   } else {
@@ -80,7 +83,7 @@ std::string Knobs::describe() const {
   return RC_STR("RINGCOLL_ALGO=", algo, " RINGCOLL_TRANSPORT=", transport,
                 " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_INLINE_BYTES=", inlineBytes,
                 " RINGCOLL_HOST=", host.empty() ? "(auto)" : host,
-                " RINGCOLL_DEBUG=", debug ? 1 : 0);
+                " RINGCOLL_DEBUG=", debug ? 1 : 0, " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0);
 }
 
 }  // namespace ringcoll

@@ -18,6 +18,11 @@
 //                                                hostname and boot id. Tests set it to
 //                                                pretend ranks live on different hosts
 //   debug        RINGCOLL_DEBUG         0        1: log every collective to stderr
+//   fingerprint  RINGCOLL_FINGERPRINT   1        1: every CPU collective opens with the
+//                                                64-byte header exchange that catches
+//                                                ranks disagreeing about it
+//                                                (algo/fingerprint.h); 0: skip it, to
+//                                                measure what it costs
 //
 // An unknown RINGCOLL_* variable or a bad value is an error naming the variable,
 // the value and what is accepted: a typo must never be silently ignored. (The
@@ -37,6 +42,7 @@ struct Knobs {
   size_t inlineBytes = size_t{256} << 10;
   std::string host;
   bool debug = false;
+  bool fingerprint = true;
 
   static constexpr size_t kMinChunkBytes = 64;
 

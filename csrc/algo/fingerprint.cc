@@ -1,0 +1,83 @@
+#include "algo/fingerprint.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/errors.h"
+
+namespace ringcoll::algo {
+
+void Fingerprint::setAlgorithm(const std::string& name) {
+  std::memset(algorithm, 0, sizeof(algorithm));
+  std::memcpy(algorithm, name.data(), std::min(name.size(), sizeof(algorithm) - 1));
+}
+
+const char* methodName(Method m) {
+  switch (m) {
+    case Method::kAllreduce: return "allreduce";
+    case Method::kAllreduceCoalesced: return "allreduce_coalesced";
+    case Method::kReduce: return "reduce";
+    case Method::kBroadcast: return "broadcast";
+    case Method::kAllgather: return "allgather";
+    case Method::kAllgatherIntoTensor: return "all_gather_into_tensor";
+    case Method::kReduceScatter: return "reduce_scatter";
+    case Method::kReduceScatterTensor: return "reduce_scatter_tensor";
+    case Method::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+const char* opName(OpName op) {
+  switch (op) {
+    case OpName::kNone: return "";
+    case OpName::kSum: return "SUM";
+    case OpName::kProduct: return "PRODUCT";
+    case OpName::kMin: return "MIN";
+    case OpName::kMax: return "MAX";
+    case OpName::kBand: return "BAND";
+    case OpName::kBor: return "BOR";
+    case OpName::kBxor: return "BXOR";
+    case OpName::kAvg: return "AVG";
+    case OpName::kPremulSum: return "PREMUL_SUM";
+  }
+  return "?";
+}
+
+bool sameCall(const Fingerprint& a, const Fingerprint& b) {
+  return a.magic == b.magic && a.version == b.version && a.method == b.method &&
+      a.dtype == b.dtype && a.op == b.op && a.hasDtype == b.hasDtype && a.root == b.root &&
+      a.seq == b.seq && a.count == b.count &&
+      std::memcmp(a.algorithm, b.algorithm, sizeof(a.algorithm)) == 0;
+}
+
+std::string describe(const Fingerprint& fp) {
+  std::string args;
+  auto add = [&args](const std::string& s) { args += (args.empty() ? "" : ", ") + s; };
+  if (fp.hasDtype) {
+    add(dtypeName(fp.dtype));
+    add(RC_STR(fp.count, fp.count == 1 ? " element" : " elements"));
+  }
+  if (fp.op != OpName::kNone) add(opName(fp.op));
+  if (fp.root >= 0) add(RC_STR("root ", fp.root));
+  const std::string algo(fp.algorithm, strnlen(fp.algorithm, sizeof(fp.algorithm)));
+  if (!algo.empty()) add(algo);
+  return RC_STR("rank ", fp.rank, " called ", methodName(fp.method), "(", args, ") #",
+                fp.seq);
+}
+
+std::string mismatch(const Fingerprint& mine, const void* received, int peer) {
+  Fingerprint theirs;
+  std::memcpy(&theirs, received, sizeof(theirs));
+  if (theirs.magic != Fingerprint::kMagic || theirs.version != Fingerprint::kVersion) {
+    return RC_STR("ranks disagree about collective #", mine.seq, ": ", describe(mine),
+                  "; rank ", peer, " sent a message that is not a collective's header "
+                  "(it is in another collective, or another version of ringcoll)");
+  }
+  if (sameCall(mine, theirs)) return "";
+  theirs.rank = peer;  // the transport's word, not the message's
+  const bool first = mine.rank < peer;
+  return RC_STR("ranks disagree about collective #", std::min(mine.seq, theirs.seq), ": ",
+                describe(first ? mine : theirs), "; ", describe(first ? theirs : mine));
+}
+
+}  // namespace ringcoll::algo

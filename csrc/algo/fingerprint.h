@@ -1,0 +1,90 @@
+// The fingerprint of a collective call: what this rank believes the group is doing
+// (which c10d method, sequence number, dtype, element count, op, root, algorithm).
+//
+// Ranks that disagree about a collective must not exchange its payload: a count
+// that differs changes message sizes (gloo aborts the process on a size it did not
+// expect), a dtype or op that differs reduces garbage that looks fine, two ranks
+// that both believe they are the root of a broadcast wait for each other. So the
+// executor opens every collective by sending this 64-byte header to every peer it
+// will talk to and to its two ring neighbours, and touches no payload before every
+// header it receives matched its own (algo/executor.h). The ring neighbours make
+// detection certain: if any two ranks disagree, some two ring neighbours disagree,
+// and both of them see it.
+//
+// The header is plain bytes with a fixed layout (both ends are the same build):
+// `magic` and `version` catch a stray payload read as a header.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "reduce/types.h"
+
+namespace ringcoll::algo {
+
+// The c10d method a call came through; two methods that happen to move the same
+// bytes (all_gather and all_gather_into_tensor) still disagree, as torch's
+// TORCH_DISTRIBUTED_DEBUG=DETAIL check says.
+enum class Method : uint8_t {
+  kAllreduce,
+  kAllreduceCoalesced,
+  kReduce,
+  kBroadcast,
+  kAllgather,
+  kAllgatherIntoTensor,
+  kReduceScatter,
+  kReduceScatterTensor,
+  kBarrier,
+};
+
+// The reduction as the user named it (AVG and PREMUL_SUM included), or none.
+enum class OpName : uint8_t {
+  kNone,
+  kSum,
+  kProduct,
+  kMin,
+  kMax,
+  kBand,
+  kBor,
+  kBxor,
+  kAvg,
+  kPremulSum,
+};
+
+struct alignas(64) Fingerprint {
+  static constexpr uint32_t kMagic = 0x50464352;  // "RCFP"
+  static constexpr uint16_t kVersion = 1;
+
+  uint32_t magic = kMagic;
+  uint16_t version = kVersion;
+  Method method = Method::kBarrier;
+  DType dtype = DType::kUInt8;
+  OpName op = OpName::kNone;
+  uint8_t hasDtype = 0;  // barrier has none
+  uint8_t reserved[2] = {0, 0};
+  int32_t root = -1;     // broadcast, reduce; -1 otherwise
+  int32_t rank = -1;     // the sender; not compared
+  uint32_t reserved2 = 0;
+  uint64_t seq = 0;      // the group's sequence number of this call
+  uint64_t count = 0;    // elements per rank as the user passed them (see api.cc)
+  char algorithm[24] = {};  // the schedule's name, NUL-padded (truncated)
+
+  void setAlgorithm(const std::string& name);
+};
+static_assert(sizeof(Fingerprint) == 64, "the header is one 64-byte message");
+
+const char* methodName(Method m);
+const char* opName(OpName op);
+
+// Everything but the sender's rank is equal.
+bool sameCall(const Fingerprint& a, const Fingerprint& b);
+
+// "rank 1 called allreduce(float32, 12 elements, SUM, ring) #7".
+std::string describe(const Fingerprint& fp);
+
+// The header message received from `peer` that does not match `mine`: the error
+// text naming both calls, or "" when they match. `bytes` that are not a header
+// at all (wrong magic) are described as such.
+std::string mismatch(const Fingerprint& mine, const void* received, int peer);
+
+}  // namespace ringcoll::algo
