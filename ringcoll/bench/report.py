@@ -135,11 +135,6 @@ def write_csv(path, rows) -> None:
                        [("" if r[k] is None else r[k][c]) for k in ("oop", "ip") for c in _COLS])
 
 
-_COLORS = {"ringcoll": "tab:blue", "gloo": "tab:orange", "nccl": "tab:green",
-           "nccl-ring": "tab:red"}
-_STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
-
-
 def plot_series(rows) -> dict:
     """What the plot draws, as data: {collective: [series]} with the collectives in
     sweep order and ringcoll's series first; a series is a dict with backend, nproc,

@@ -52,16 +52,39 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.f
 MEMCPY_BYTES = 64 << 20
 
 
+def ringcoll_variant(name, algo=None, transport="auto"):
+    """The Options of a ringcoll backend name: "ringcoll", or "ringcoll+FIELD=VALUE"
+    (several joined by "+") for a variant with other knobs, e.g.
+    "ringcoll+fingerprint=0" to measure what the fingerprint costs side by side."""
+    import dataclasses
+
+    import ringcoll
+
+    fields = {"algo": algo, "transport": transport}
+    types = {f.name: f.type for f in dataclasses.fields(ringcoll.Options)}
+    for part in name.split("+")[1:]:
+        key, sep, value = part.partition("=")
+        if not sep or key not in types:
+            raise ValueError(f"backend {name!r}: {part!r} is not FIELD=VALUE with FIELD "
+                             f"one of {', '.join(types)}")
+        if "bool" in str(types[key]):
+            fields[key] = value in ("1", "true")
+        elif "int" in str(types[key]):
+            fields[key] = records.parse_size(value)
+        else:
+            fields[key] = value
+    return ringcoll.Options(**fields)
+
+
 def make_groups(backends, device, algo=None, transport="auto"):
     """One process group per backend under test, on the same ranks. ringcoll gets
     `transport` (and `algo`) as its Options; the string is passed through unchecked
-    here, ringcoll validates it when the group is created."""
-    import ringcoll
-
+    here, ringcoll validates it when the group is created. "ringcoll+FIELD=VALUE"
+    is a ringcoll variant (ringcoll_variant)."""
     groups = {}
     for b in backends:
-        if b == "ringcoll":
-            opts = ringcoll.Options(algo=algo, transport=transport)
+        if b == "ringcoll" or b.startswith("ringcoll+"):
+            opts = ringcoll_variant(b, algo, transport)
             groups[b] = dist.new_group(backend="ringcoll", pg_options=opts)
         elif b in ("gloo", "nccl", "nccl-ring"):
             groups[b] = dist.new_group(backend="nccl" if b.startswith("nccl") else b)
@@ -198,7 +221,7 @@ def sweep(args, device, meta, log=print):
             rec = records.RECORDS[coll]
             count = records.count_for(rec, size, p, elem)
             point = {b: {"backend": b, "collective": coll, "nproc": p, "device": device,
-                         "transport": args.transport if b == "ringcoll" else None,
+                         "transport": args.transport if b.startswith("ringcoll") else None,
                          "dtype": args.dtype, "op": args.op if rec.reduces else "none",
                          "size": count * elem, "count": count, "root": -1,
                          "oop": None, "ip": None} for b in groups}
