@@ -51,6 +51,18 @@ c10::intrusive_ptr<c10d::Backend> createBackend(
   return c10::make_intrusive<RingcollBackend>(store, rank, size, timeout, p2p, knobs);
 }
 
+// The collectives with schedules, by the names ringcoll.check uses (reduce_scatter
+// or reducescatter).
+ringcoll::algo::Collective collectiveNamed(const std::string& name) {
+  using ringcoll::algo::Collective;
+  if (name == "reduce_scatter") return Collective::kReduceScatter;
+  for (Collective c : ringcoll::algo::kCollectives) {
+    if (c != Collective::kBarrier && name == ringcoll::algo::collectiveName(c)) return c;
+  }
+  TORCH_CHECK(false, "unknown collective ", name,
+              " (allreduce, reduce_scatter, allgather, broadcast, reduce)");
+}
+
 ringcoll::algo::Schedule buildSchedule(const std::string& algoName,
                                        const std::string& collective, int p, int rank,
                                        size_t n, int root, const std::vector<int>& order) {
@@ -62,12 +74,9 @@ ringcoll::algo::Schedule buildSchedule(const std::string& algoName,
   prm.n = n;
   prm.root = root;
   prm.order = order;
-  if (collective == "allreduce") return algo.allreduce(prm);
-  if (collective == "reduce_scatter") return algo.reduceScatter(prm);
-  if (collective == "allgather") return algo.allgather(prm);
-  if (collective == "broadcast") return algo.broadcast(prm);
-  TORCH_CHECK(false, "unknown collective ", collective,
-              " (allreduce, reduce_scatter, allgather, broadcast)");
+  const auto c = collectiveNamed(collective);
+  algo.require(c);  // std::invalid_argument: ValueError naming what it provides
+  return algo.builder(c)(prm);
 }
 
 const char* kindName(ringcoll::algo::Kind k) {
@@ -108,9 +117,9 @@ py::dict scheduleDict(const std::string& algoName, const std::string& collective
 // (kind, peer, step, begin, count, deps, forward, local_live, wave), wave being the
 // index of the op's wave (-1 for finishing passes, which belong to none).
 py::list planOps(const std::string& algoName, const std::string& collective, int p, int rank,
-                 size_t n, size_t segElems, bool finish) {
+                 size_t n, size_t segElems, bool finish, int root) {
   using ringcoll::algo::OpKind;
-  const auto sched = buildSchedule(algoName, collective, p, rank, n, 0, {});
+  const auto sched = buildSchedule(algoName, collective, p, rank, n, root, {});
   const auto plan = ringcoll::algo::compilePlan(sched, segElems, finish);
   std::vector<int> waveOf(plan.ops.size(), -1);
   for (size_t w = 0; w < plan.waves.size(); ++w) {
@@ -292,7 +301,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("rank"), py::arg("n"), py::arg("root") = 0,
         py::arg("order") = std::vector<int>{});
   m.def("plan_ops", &planOps, py::arg("algo"), py::arg("collective"), py::arg("p"),
-        py::arg("rank"), py::arg("n"), py::arg("seg_elems"), py::arg("finish") = false);
+        py::arg("rank"), py::arg("n"), py::arg("seg_elems"), py::arg("finish") = false,
+        py::arg("root") = 0);
+  m.def("provides", [](const std::string& algoName) {
+    std::vector<std::string> out;
+    const auto& a = ringcoll::algo::findAlgorithm(algoName);
+    for (auto c : ringcoll::algo::kCollectives) {
+      if (a.provides(c)) out.emplace_back(ringcoll::algo::collectiveName(c));
+    }
+    return out;
+  }, "The collectives an algorithm provides, by RINGCOLL_ALGO's names.");
   m.def("cpu_reduce", &cpuReduce, py::arg("a"), py::arg("b"), py::arg("op"),
         py::arg("out") = py::none(), py::arg("out2") = py::none(),
         py::arg("level") = "auto");

@@ -98,15 +98,16 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce(std::vector<at::Tensor>& 
   const DType dtype = checks::tensorDType(op, t, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
-  const bool isRoot = opts.rootRank == getRank();
-  // An all-reduce whose result only the root keeps: non-roots work on a copy so
-  // their input is left as it was.
+  const int root = static_cast<int>(opts.rootRank);
+  const bool isRoot = root == getRank();
+  // The schedule clobbers non-roots' buffers: they work on a copy so that their
+  // input is left as it was.
   return launch(c10d::OpType::REDUCE, op, {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
-                [this, t, dtype, red, isRoot](algo::Executor& ex) {
+                [this, t, dtype, red, root, isRoot](algo::Executor& ex) {
                   at::Tensor flat = isRoot ? flatWorking(t)
                                            : workspace(t.numel(), t).copy_(t.reshape({-1}));
-                  return Staged{algo::allreduce(algorithm_, params(flat.numel()),
-                                                flat.data_ptr(), dtype, red, ex.reducer()),
+                  return Staged{algo::reduce(algorithm_, params(flat.numel(), root),
+                                             flat.data_ptr(), dtype, red, ex.reducer()),
                                 [t, flat, isRoot]() mutable {
                                   if (isRoot) writeBack(t, flat);
                                 }};
