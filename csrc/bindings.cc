@@ -12,6 +12,7 @@
 #include "algo/plan.h"
 #include "algo/registry.h"
 #include "algo/schedule.h"
+#include "algo/select.h"
 #include "backend/backend.h"
 #include "backend/checks.h"
 #include "common/knobs.h"
@@ -31,11 +32,11 @@ namespace {
 
 using ringcoll::RingcollBackend;
 
-// The knobs, with the algorithm name checked against the registry.
+// The knobs, with RINGCOLL_ALGO parsed against the registry.
 ringcoll::Knobs loadKnobs(const std::map<std::string, std::string>& overrides) {
   try {
     ringcoll::Knobs knobs = ringcoll::Knobs::load(overrides);
-    ringcoll::algo::findAlgorithm(knobs.algo);
+    ringcoll::algo::Selector{knobs.algo};
     return knobs;
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, "ringcoll: ", e.what());
@@ -311,6 +312,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
     return out;
   }, "The collectives an algorithm provides, by RINGCOLL_ALGO's names.");
+  m.def("select", [](const std::string& value, const std::string& collective, size_t bytes) {
+    for (auto c : ringcoll::algo::kCollectives) {
+      if (collective != ringcoll::algo::collectiveName(c)) continue;
+      const auto choice = ringcoll::algo::Selector(value).pick(c, bytes);
+      return std::make_pair(choice.algorithm->name, choice.why);
+    }
+    TORCH_CHECK(false, "unknown collective ", collective);
+  }, py::arg("value"), py::arg("collective"), py::arg("bytes"),
+  "(algorithm, reason) RINGCOLL_ALGO=value picks for a collective of `bytes` bytes; "
+  "ValueError for a bad value.");
   m.def("cpu_reduce", &cpuReduce, py::arg("a"), py::arg("b"), py::arg("op"),
         py::arg("out") = py::none(), py::arg("out2") = py::none(),
         py::arg("level") = "auto");
