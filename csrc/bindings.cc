@@ -12,6 +12,7 @@
 #include "algo/plan.h"
 #include "algo/registry.h"
 #include "algo/schedule.h"
+#include "algo/select.h"
 #include "backend/backend.h"
 #include "backend/checks.h"
 #include "common/knobs.h"
@@ -31,11 +32,11 @@ namespace {
 
 using ringcoll::RingcollBackend;
 
-// The knobs, with the algorithm name checked against the registry.
+// The knobs, with RINGCOLL_ALGO parsed against the registry.
 ringcoll::Knobs loadKnobs(const std::map<std::string, std::string>& overrides) {
   try {
     ringcoll::Knobs knobs = ringcoll::Knobs::load(overrides);
-    ringcoll::algo::findAlgorithm(knobs.algo);
+    ringcoll::algo::Selector{knobs.algo};
     return knobs;
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, "ringcoll: ", e.what());
@@ -51,6 +52,18 @@ c10::intrusive_ptr<c10d::Backend> createBackend(
   return c10::make_intrusive<RingcollBackend>(store, rank, size, timeout, p2p, knobs);
 }
 
+// The collectives with schedules, by the names ringcoll.check uses (reduce_scatter
+// or reducescatter).
+ringcoll::algo::Collective collectiveNamed(const std::string& name) {
+  using ringcoll::algo::Collective;
+  if (name == "reduce_scatter") return Collective::kReduceScatter;
+  for (Collective c : ringcoll::algo::kCollectives) {
+    if (c != Collective::kBarrier && name == ringcoll::algo::collectiveName(c)) return c;
+  }
+  TORCH_CHECK(false, "unknown collective ", name,
+              " (allreduce, reduce_scatter, allgather, broadcast, reduce)");
+}
+
 ringcoll::algo::Schedule buildSchedule(const std::string& algoName,
                                        const std::string& collective, int p, int rank,
                                        size_t n, int root, const std::vector<int>& order) {
@@ -62,12 +75,9 @@ ringcoll::algo::Schedule buildSchedule(const std::string& algoName,
   prm.n = n;
   prm.root = root;
   prm.order = order;
-  if (collective == "allreduce") return algo.allreduce(prm);
-  if (collective == "reduce_scatter") return algo.reduceScatter(prm);
-  if (collective == "allgather") return algo.allgather(prm);
-  if (collective == "broadcast") return algo.broadcast(prm);
-  TORCH_CHECK(false, "unknown collective ", collective,
-              " (allreduce, reduce_scatter, allgather, broadcast)");
+  const auto c = collectiveNamed(collective);
+  algo.require(c);  // std::invalid_argument: ValueError naming what it provides
+  return algo.builder(c)(prm);
 }
 
 const char* kindName(ringcoll::algo::Kind k) {
@@ -108,9 +118,9 @@ py::dict scheduleDict(const std::string& algoName, const std::string& collective
 // (kind, peer, step, begin, count, deps, forward, local_live, wave), wave being the
 // index of the op's wave (-1 for finishing passes, which belong to none).
 py::list planOps(const std::string& algoName, const std::string& collective, int p, int rank,
-                 size_t n, size_t segElems, bool finish) {
+                 size_t n, size_t segElems, bool finish, int root) {
   using ringcoll::algo::OpKind;
-  const auto sched = buildSchedule(algoName, collective, p, rank, n, 0, {});
+  const auto sched = buildSchedule(algoName, collective, p, rank, n, root, {});
   const auto plan = ringcoll::algo::compilePlan(sched, segElems, finish);
   std::vector<int> waveOf(plan.ops.size(), -1);
   for (size_t w = 0; w < plan.waves.size(); ++w) {
@@ -292,7 +302,26 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("rank"), py::arg("n"), py::arg("root") = 0,
         py::arg("order") = std::vector<int>{});
   m.def("plan_ops", &planOps, py::arg("algo"), py::arg("collective"), py::arg("p"),
-        py::arg("rank"), py::arg("n"), py::arg("seg_elems"), py::arg("finish") = false);
+        py::arg("rank"), py::arg("n"), py::arg("seg_elems"), py::arg("finish") = false,
+        py::arg("root") = 0);
+  m.def("provides", [](const std::string& algoName) {
+    std::vector<std::string> out;
+    const auto& a = ringcoll::algo::findAlgorithm(algoName);
+    for (auto c : ringcoll::algo::kCollectives) {
+      if (a.provides(c)) out.emplace_back(ringcoll::algo::collectiveName(c));
+    }
+    return out;
+  }, "The collectives an algorithm provides, by RINGCOLL_ALGO's names.");
+  m.def("select", [](const std::string& value, const std::string& collective, size_t bytes) {
+    for (auto c : ringcoll::algo::kCollectives) {
+      if (collective != ringcoll::algo::collectiveName(c)) continue;
+      const auto choice = ringcoll::algo::Selector(value).pick(c, bytes);
+      return std::make_pair(choice.algorithm->name, choice.why);
+    }
+    TORCH_CHECK(false, "unknown collective ", collective);
+  }, py::arg("value"), py::arg("collective"), py::arg("bytes"),
+  "(algorithm, reason) RINGCOLL_ALGO=value picks for a collective of `bytes` bytes; "
+  "ValueError for a bad value.");
   m.def("cpu_reduce", &cpuReduce, py::arg("a"), py::arg("b"), py::arg("op"),
         py::arg("out") = py::none(), py::arg("out2") = py::none(),
         py::arg("level") = "auto");

@@ -25,14 +25,17 @@ receive-reduce merges two values of the same position. It checks:
   result     all-reduce: every rank, every element holds all p contributions,
              finished once; reduce-scatter: rank r's result is block r, likewise;
              all-gather: every rank holds every block, each from its owner;
-             broadcast: every rank holds the root's elements.
+             broadcast: every rank holds the root's elements; reduce: the root
+             holds all p contributions everywhere, finished once, and the other
+             ranks' result is empty.
 """
 
 from __future__ import annotations
 
 from . import _C
 
-COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast")
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
+REDUCING = ("allreduce", "reduce_scatter", "reduce")
 _WRITES = ("recv_copy", "recv_reduce")
 
 
@@ -97,7 +100,7 @@ def _check_structure(scheds, p, n, where):
 
 
 def _initial(collective, p, n, r, root):
-    if collective in ("allreduce", "reduce_scatter"):
+    if collective in REDUCING:
         return [(e, 1 << r, 0) for e in range(n)]
     if collective == "allgather":
         b, e1 = block_range(n, p, r)
@@ -181,11 +184,15 @@ def _check_result(bufs, scheds, collective, p, n, root, where):
         if collective == "reduce_scatter":
             if (rb, re) != block_range(n, p, r):
                 _fail(f"{at}: result [{rb}, {re}) is not block {r} {block_range(n, p, r)}")
+        elif collective == "reduce" and r != root:
+            if rb != re:
+                _fail(f"{at}: result [{rb}, {re}) of a rank other than the root is not empty")
+            continue
         elif (rb, re) != (0, n):
             _fail(f"{at}: result [{rb}, {re}) is not the whole buffer [0, {n})")
         for pos in range(rb, re):
             v = buf[pos]
-            if collective in ("allreduce", "reduce_scatter"):
+            if collective in REDUCING:
                 want = (pos, full, 1)
             elif collective == "allgather":
                 want = (pos, 1 << owner[pos], 0)
@@ -202,8 +209,8 @@ def check(algo, collective, p, n, root=0, order=None):
     """Raises ScheduleError naming the first violation; returns the step count."""
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r} (known: {COLLECTIVES})")
-    where = f"{algo} {collective} p={p} n={n}" + (f" root={root}" if collective == "broadcast"
-                                                   else "")
+    where = f"{algo} {collective} p={p} n={n}" + (
+        f" root={root}" if collective in ("broadcast", "reduce") else "")
     if order:
         where += f" order={list(order)}"
     return check_schedules(schedules(algo, collective, p, n, root, order), collective, p, n,

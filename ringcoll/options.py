@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 @dataclass
 class Options:
-    algo: str | None = None  # RINGCOLL_ALGO
+    algo: str | None = None  # RINGCOLL_ALGO: "rhd", "allreduce=twoshot:0-64K,ring;..."
     transport: str | None = None  # RINGCOLL_TRANSPORT: auto | shm | gloo
     chunk_bytes: int | None = None  # RINGCOLL_CHUNK_BYTES (>= 64)
     inline_bytes: int | None = None  # RINGCOLL_INLINE_BYTES

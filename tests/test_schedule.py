@@ -3,9 +3,10 @@
   * split: parts tile their range in order, sizes differ by at most one, and parts
     of parts nest (what recursive halving needs);
   * the generic checker (ringcoll.check) proves every registered algorithm's
-    all-reduce, reduce-scatter, all-gather and broadcast for world sizes 1..64, for
-    counts 0..3p+1 (sampled above p = 16), every broadcast root (sampled above
-    p = 16), and ring orders that group interleaved hosts;
+    all-reduce, reduce-scatter, all-gather, broadcast and reduce (those it
+    provides) for world sizes 1..64, for counts 0..3p+1 (sampled above p = 16),
+    every root (sampled above p = 16), and ring orders that group interleaved
+    hosts; a collective an algorithm does not provide is refused by name;
   * the checker itself fails on schedules broken in each way it looks for (a
     checker that cannot fail proves nothing);
   * the ring's shape: 2(p-1) steps of one send and one receive with its neighbours,
@@ -27,6 +28,11 @@ from ringcoll import _C, check
 
 WORLD = list(range(1, 17)) + [24, 31, 32, 48, 64]
 ALGOS = ringcoll.algorithms()
+
+
+def provides(algo, collective):
+    """Whether algo has a schedule for collective (check's names)."""
+    return collective.replace("_", "") in _C.provides(algo)
 
 
 def counts(p):
@@ -80,20 +86,26 @@ def test_block_range_large_counts():
 @pytest.mark.parametrize("p", WORLD)
 def test_checker_proves_reductions(algo, p):
     for n in counts(p):
-        check.check(algo, "allreduce", p, n)
-        if n % p == 0:
+        if provides(algo, "allreduce"):
+            check.check(algo, "allreduce", p, n)
+        if n % p == 0 and provides(algo, "reduce_scatter"):
             check.check(algo, "reduce_scatter", p, n)
+    if provides(algo, "reduce"):
+        for root in roots(p):
+            for n in sorted({0, 1, p - 1, p + 1, 3 * p + 1}):
+                check.check(algo, "reduce", p, n, root=root)
 
 
 @pytest.mark.parametrize("algo", ALGOS)
 @pytest.mark.parametrize("p", WORLD)
 def test_checker_proves_copies(algo, p):
     for n in counts(p):
-        if n % p == 0:
+        if n % p == 0 and provides(algo, "allgather"):
             check.check(algo, "allgather", p, n)
-    for root in roots(p):
-        for n in sorted({0, 1, p + 1, 3 * p + 1}):
-            check.check(algo, "broadcast", p, n, root=root)
+    if provides(algo, "broadcast"):
+        for root in roots(p):
+            for n in sorted({0, 1, p + 1, 3 * p + 1}):
+                check.check(algo, "broadcast", p, n, root=root)
 
 
 @pytest.mark.parametrize("algo", ALGOS)
@@ -102,20 +114,24 @@ def test_checker_proves_copies(algo, p):
 def test_checker_proves_host_orders(algo, order):
     p = len(order)
     for n in sorted({0, 1, p - 1, p + 1, 3 * p + 1, 4 * p}):
-        check.check(algo, "allreduce", p, n, order=order)
+        if provides(algo, "allreduce"):
+            check.check(algo, "allreduce", p, n, order=order)
         for root in (0, p - 1):
-            check.check(algo, "broadcast", p, n, root=root, order=order)
+            for c in ("broadcast", "reduce"):
+                if provides(algo, c):
+                    check.check(algo, c, p, n, root=root, order=order)
     for m in (0, 1, 3):
-        check.check(algo, "reduce_scatter", p, p * m, order=order)
-        check.check(algo, "allgather", p, p * m, order=order)
+        for c in ("reduce_scatter", "allgather"):
+            if provides(algo, c):
+                check.check(algo, c, p, p * m, order=order)
 
 
 # --------------------------------------------------------------------------------
 # the checker fails on broken schedules
 
 
-def _broken(collective, p, n, mutate, root=0):
-    scheds = check.schedules("ring", collective, p, n, root)
+def _broken(collective, p, n, mutate, root=0, algo="ring"):
+    scheds = check.schedules(algo, collective, p, n, root)
     scheds = copy.deepcopy(scheds)
     mutate(scheds)
     return scheds
@@ -207,6 +223,49 @@ def test_checker_catches(collective, mutate, fragment):
     assert fragment in str(err.value), str(err.value)
 
 
+def _fold_in_copies(sc):
+    # rhd, p = 6: rank 1 copies rank 0's folded-in buffer instead of reducing it, so
+    # rank 1's own contribution is lost.
+    assert sc[1]["steps"][0]["transfers"][0][:2] == ("recv_reduce", 0)
+    _drop_reduce(sc)
+
+
+def _fold_out_skipped(sc):
+    # rhd, p = 6: rank 1 never returns the result to rank 0 (both sides dropped).
+    last = len(sc[0]["steps"]) - 1
+    sc[0]["steps"][last]["transfers"] = []
+    sc[1]["steps"][last]["transfers"] = [t for t in sc[1]["steps"][last]["transfers"]
+                                         if t[1] != 0]
+
+
+def _halving_keeps_wrong_half(sc):
+    # rhd, p = 4: rank 0 reduces its partner's copy into the half it sent away.
+    s, i = _first(sc, 0, "recv_reduce")
+    j = next(j for j, t in enumerate(sc[0]["steps"][s]["transfers"]) if t[0] == "send")
+    _, _, b, e = sc[0]["steps"][s]["transfers"][j]
+    _set(sc, 0, s, i, b=b, e=e)
+
+
+def _tree_root_marks_early(sc):
+    sc[0]["steps"][0]["reduced"].append((0, 1))
+
+
+@pytest.mark.parametrize("algo, collective, p, mutate, fragment", [
+    ("rhd", "allreduce", 6, _fold_in_copies, "but it holds ranks"),
+    ("rhd", "allreduce", 6, _fold_out_skipped, "ends with position 0, ranks [0]"),
+    ("rhd", "reduce_scatter", 6, _fold_in_copies, "but it holds ranks"),
+    ("rhd", "allreduce", 4, _halving_keeps_wrong_half, "is written while"),
+    ("tree", "reduce", 5, _tree_root_marks_early, "marks element 0 reduced"),
+    ("twoshot", "allreduce", 3, _drop_pair, "but it holds ranks"),
+])
+def test_checker_catches_broken_algorithms(algo, collective, p, mutate, fragment):
+    n = 2 * p
+    scheds = _broken(collective, p, n, mutate, algo=algo)
+    with pytest.raises(check.ScheduleError) as err:
+        check.check_schedules(scheds, collective, p, n)
+    assert fragment in str(err.value), str(err.value)
+
+
 def test_checker_catches_a_chain_that_skips_a_rank():
     p, n = 4, 5
 
@@ -224,6 +283,20 @@ def test_unknown_algorithm_and_collective_are_refused():
     with pytest.raises(Exception, match="unknown collective"):
         _C.schedule("ring", "alltoall", 2, 0, 4)
     assert "ring" in ALGOS
+
+
+@pytest.mark.parametrize("algo, collective, provided", [
+    ("tree", "reduce_scatter", "allreduce, broadcast, reduce, barrier"),
+    ("tree", "allgather", "allreduce, broadcast, reduce, barrier"),
+    ("rhd", "broadcast", "allreduce, reducescatter, allgather, barrier"),
+    ("twoshot", "reduce", "allreduce, reducescatter, allgather, barrier"),
+])
+def test_missing_collective_is_refused_by_name(algo, collective, provided):
+    with pytest.raises(ValueError) as err:
+        _C.schedule(algo, collective, 4, 0, 8)
+    msg = str(err.value)
+    assert f"'{algo}' does not provide {collective.replace('_', '')}" in msg, msg
+    assert f"({algo} provides: {provided})" in msg, msg
 
 
 # --------------------------------------------------------------------------------
@@ -266,9 +339,9 @@ def _writes(kind):
     ("allreduce", 5, 5, 1), ("reduce_scatter", 4, 32, 3), ("allgather", 3, 21, 2),
     ("broadcast", 4, 23, 5), ("allreduce", 6, 200, 7),
 ])
-def test_plan_orders_every_conflict(collective, p, n, seg):
+def test_plan_orders_every_conflict(collective, p, n, seg, algo="ring"):
     for rank in range(p):
-        ops = _C.plan_ops("ring", collective, p, rank, n, seg, finish=True)
+        ops = _C.plan_ops(algo, collective, p, rank, n, seg, finish=True)
         reach = []  # transitive dependencies of each op
         for i, (kind, peer, step, b, cnt, deps, fwd, live, _) in enumerate(ops):
             assert all(d < i for d in deps), f"op {i} depends on a later op"
@@ -325,12 +398,13 @@ def test_plan_forwards_reductions():
     ("allreduce", 2, 9, 2), ("allreduce", 3, 20, 3), ("allreduce", 5, 101, 4),
     ("reduce_scatter", 4, 32, 3), ("allgather", 3, 21, 2), ("broadcast", 4, 23, 5),
 ])
-def test_waves_pair_across_ranks(collective, p, n, seg):
+def test_waves_pair_across_ranks(collective, p, n, seg, algo="ring", root=0):
     """A stream-ordered transport (NCCL) gets one batch per wave, and a batch can only
     complete with the peers' batch of the same wave. So every wave must be ordered
     the same way on every rank, and each send in wave w must meet its receive in
     wave w of the peer, of the same size, in the same order per pair."""
-    plans = [_C.plan_ops("ring", collective, p, r, n, seg, finish=True) for r in range(p)]
+    plans = [_C.plan_ops(algo, collective, p, r, n, seg, finish=True, root=root)
+             for r in range(p)]
     keyed = []  # per rank: wave index -> (step, segment) it stands for
     for r, ops in enumerate(plans):
         waves = {}
@@ -362,3 +436,19 @@ def _wave_key(ops, i):
     kind, peer, step, b, cnt, deps, fwd, live, wave = ops[i]
     same = [j for j, o in enumerate(ops) if o[0] == kind and o[1] == peer and o[2] == step]
     return (step, same.index(i))
+
+
+# The other algorithms' schedules through the same plan checks: several transfers
+# per step, idle ranks (rhd's folded-out ranks, tree leaves), whole-buffer
+# transfers forwarded down a tree.
+NEW_ALGO_PLANS = [(a, c, p) for a in ALGOS if a != "ring"
+                  for c in ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
+                  for p in (3, 4, 6) if provides(a, c)]
+
+
+@pytest.mark.parametrize("algo, collective, p", NEW_ALGO_PLANS)
+def test_plans_of_every_algorithm(algo, collective, p):
+    n, seg = 7 * p, 3
+    test_plan_orders_every_conflict(collective, p, n, seg, algo=algo)
+    for root in sorted({0, p - 1}):
+        test_waves_pair_across_ranks(collective, p, n, seg, algo=algo, root=root)

@@ -76,6 +76,12 @@ Job reduceScatter(const Algorithm& algo, const Params& prm, void* buf, DType dty
 // filled on every rank.
 Job allgather(const Algorithm& algo, const Params& prm, void* buf, DType dtype);
 
+// In place on buf (prm.n elements): the root (prm.root) ends with the reduction of
+// all inputs; other ranks' buf is clobbered. PREMUL_SUM's scaling is done before
+// this returns.
+Job reduce(const Algorithm& algo, const Params& prm, void* buf, DType dtype,
+           const Reduction& red, Reducer& reducer);
+
 // The root's prm.n bytes of buf reach every rank.
 Job broadcast(const Algorithm& algo, const Params& prm, void* buf);
 

@@ -14,6 +14,11 @@
 //   step 2:  r0 sends c1 -> r1   r1 sends c2 -> r2   r2 sends c0 -> r0
 //   step 3:  r0 sends c0 -> r1   r1 sends c1 -> r2   r2 sends c2 -> r0
 //
+// Reduce to a root: phase 1 with shift 0 (rank r owns chunk r), then one step in
+// which every other rank sends its chunk to the root, which copies it in place
+// (p = 3, root 0: step 2: r1 sends c1 -> r0, r2 sends c2 -> r0). Each rank sends
+// about n of data in all, the root receives 2(p-1)/p of it.
+//
 // Every rank sends (p-1)/p of the buffer per phase, 2(p-1)/p in all: the bandwidth
 // lower bound for all-reduce. Reduce-scatter and all-gather use the same phases with
 // shift 0, so that rank r ends with (or starts from) chunk r.
@@ -30,6 +35,7 @@
 
 #include <algorithm>
 
+#include "algo/registry.h"
 #include "common/errors.h"
 
 namespace ringcoll::algo {
@@ -127,6 +133,37 @@ Schedule chainBroadcast(const Params& prm) {
   if (d > 0) out.steps[d - 1].transfers.push_back({Kind::kRecvCopy, ring.prev(), all});
   if (d < ring.p - 1) out.steps[d].transfers.push_back({Kind::kSend, ring.next(), all});
   return out;
+}
+
+Schedule ringReduce(const Params& prm) {
+  Schedule out = ringReduceScatter(prm, 0);
+  out.name = "ring-reduce";
+  Step gather;
+  for (int q = 0; q < prm.size; ++q) {
+    if (q == prm.root || (prm.rank != prm.root && q != prm.rank)) continue;
+    const Range chunk = blockRange(prm.n, prm.size, q);
+    if (prm.rank == prm.root) {
+      gather.transfers.push_back({Kind::kRecvCopy, q, chunk});
+    } else {
+      gather.transfers.push_back({Kind::kSend, prm.root, chunk});
+    }
+  }
+  if (prm.size > 1) out.steps.push_back(std::move(gather));
+  out.result = prm.rank == prm.root ? Range{0, prm.n} : Range{};
+  return out;
+}
+
+Algorithm ringAlgorithm() {
+  Algorithm a;
+  a.name = "ring";
+  a.summary = "ring: reduce-scatter (share-reduce) then all-gather (share-only); chain "
+              "broadcast; reduce-scatter then gather to the root";
+  a.allreduce = ringAllReduce;
+  a.reduceScatter = [](const Params& prm) { return ringReduceScatter(prm, 0); };
+  a.allgather = [](const Params& prm) { return ringAllGather(prm, 0); };
+  a.broadcast = chainBroadcast;
+  a.reduce = ringReduce;
+  return a;
 }
 
 }  // namespace ringcoll::algo

@@ -7,6 +7,8 @@
 //   all-gather      = ringAllGather{shift 0}       (rank r starts with chunk r)
 //   broadcast       = chainBroadcast: the whole buffer flows root -> next -> ...;
 //                     the executor pipelines it segment by segment.
+//   reduce          = ringReduceScatter{shift 0}, then every rank sends its reduced
+//                     chunk straight to the root (one step: a gather).
 #pragma once
 
 #include "algo/schedule.h"
@@ -17,5 +19,6 @@ Schedule ringReduceScatter(const Params& prm, int shift);
 Schedule ringAllGather(const Params& prm, int shift);
 Schedule ringAllReduce(const Params& prm);
 Schedule chainBroadcast(const Params& prm);
+Schedule ringReduce(const Params& prm);
 
 }  // namespace ringcoll::algo

@@ -61,12 +61,13 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
   at::Tensor t = checks::single(op, tensors, "input");
   const DType dtype = checks::tensorDType(op, t, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllreduce, bytesOf(t));
   return launch(c10d::OpType::ALLREDUCE, op,
                 callPrint(algo::Method::kAllreduce, dtype, t.numel(), algo::reductionName(red)),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
-                [this, t, dtype, red](algo::Executor& ex) {
+                [this, a, t, dtype, red](algo::Executor& ex) {
                   at::Tensor flat = flatWorking(t);
-                  return Staged{algo::allreduce(algorithm_, params(flat.numel()),
+                  return Staged{algo::allreduce(*a, params(flat.numel()),
                                                 flat.data_ptr(), dtype, red, ex.reducer()),
                                 [t, flat]() mutable { writeBack(t, flat); }};
                 });
@@ -89,11 +90,12 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(
   std::vector<at::Tensor> ts = tensors;
   int64_t count = 0;
   for (const auto& t : ts) count += t.numel();
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllreduce, bytes);
   return launch(c10d::OpType::ALLREDUCE_COALESCED, op,
                 callPrint(algo::Method::kAllreduceCoalesced, dtype, count,
                           algo::reductionName(red)),
                 ts, ts, bytes, opTimeout(opts.timeout),
-                [this, ts, dtype, red](algo::Executor& ex) {
+                [this, a, ts, dtype, red](algo::Executor& ex) {
                   std::vector<at::Tensor> flats;
                   int64_t total = 0;
                   for (auto& t : ts) {
@@ -102,7 +104,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(
                   }
                   at::Tensor flat = workspace(total, ts[0]);
                   at::cat_out(flat, flats);
-                  return Staged{algo::allreduce(algorithm_, params(flat.numel()),
+                  return Staged{algo::allreduce(*a, params(flat.numel()),
                                                 flat.data_ptr(), dtype, red, ex.reducer()),
                                 [ts, flat]() mutable {
                                   int64_t off = 0;
@@ -121,18 +123,19 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce(std::vector<at::Tensor>& 
   const DType dtype = checks::tensorDType(op, t, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
-  const bool isRoot = opts.rootRank == getRank();
-  // An all-reduce whose result only the root keeps: non-roots work on a copy so
-  // their input is left as it was.
+  const int root = static_cast<int>(opts.rootRank);
+  const bool isRoot = root == getRank();
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kReduce, bytesOf(t));
+  // The schedule clobbers non-roots' buffers: they work on a copy so that their
+  // input is left as it was.
   return launch(c10d::OpType::REDUCE, op,
-                callPrint(algo::Method::kReduce, dtype, t.numel(), algo::reductionName(red),
-                          static_cast<int>(opts.rootRank)),
+                callPrint(algo::Method::kReduce, dtype, t.numel(), algo::reductionName(red), root),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
-                [this, t, dtype, red, isRoot](algo::Executor& ex) {
+                [this, a, t, dtype, red, root, isRoot](algo::Executor& ex) {
                   at::Tensor flat = isRoot ? flatWorking(t)
                                            : workspace(t.numel(), t).copy_(t.reshape({-1}));
-                  return Staged{algo::allreduce(algorithm_, params(flat.numel()),
-                                                flat.data_ptr(), dtype, red, ex.reducer()),
+                  return Staged{algo::reduce(*a, params(flat.numel(), root),
+                                             flat.data_ptr(), dtype, red, ex.reducer()),
                                 [t, flat, isRoot]() mutable {
                                   if (isRoot) writeBack(t, flat);
                                 }};
@@ -146,12 +149,13 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
   const DType dtype = checks::tensorDType(op, t, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kBroadcast, bytesOf(t));
   return launch(c10d::OpType::BROADCAST, op,
                 callPrint(algo::Method::kBroadcast, dtype, t.numel(), algo::OpName::kNone, root),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
-                [this, t, dtype, root](algo::Executor&) {
+                [this, a, t, dtype, root](algo::Executor&) {
                   at::Tensor flat = flatWorking(t);
-                  return Staged{algo::broadcast(algorithm_,
+                  return Staged{algo::broadcast(*a,
                                                 params(flat.numel() * elementSize(dtype), root),
                                                 flat.data_ptr()),
                                 [t, flat]() mutable { writeBack(t, flat); }};
@@ -165,15 +169,15 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_allgather_base(
   const DType dtype = checks::tensorDType(op, input, "input");
   at::Tensor out = output;
   at::Tensor in = input;
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllgather, bytesOf(out));
   return launch(c10d::OpType::_ALLGATHER_BASE, op,
                 callPrint(algo::Method::kAllgatherIntoTensor, dtype, in.numel()), {in}, {out},
-                bytesOf(out),
-                opTimeout(opts.timeout), [this, out, in, dtype](algo::Executor&) {
+                bytesOf(out), opTimeout(opts.timeout),
+                [this, a, out, in, dtype](algo::Executor&) {
                   at::Tensor flat = flatWorking(out);
                   const algo::Range mine =
                       algo::blockRange(flat.numel(), getSize(), getRank());
-                  algo::Job job = algo::allgather(algorithm_, params(flat.numel()),
-                                                  flat.data_ptr(), dtype);
+                  algo::Job job = algo::allgather(*a, params(flat.numel()), flat.data_ptr(), dtype);
                   // Into the user's output only once the ranks agreed (the prologue).
                   job.prologue = [flat, in, mine]() mutable {
                     flat.narrow(0, mine.begin, mine.size()).copy_(in.reshape({-1}));
@@ -190,13 +194,15 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
   const DType dtype = checks::tensorDType(op, in, "input");
   std::vector<at::Tensor> outs =
       checks::perRankList(op, outputs, "output", getSize(), in, "the input");
+  const algo::Algorithm* a =
+      algorithm(op, algo::Collective::kAllgather, bytesOf(in) * outs.size());
   return launch(c10d::OpType::ALLGATHER, op, callPrint(algo::Method::kAllgather, dtype, in.numel()),
-                {in}, outs, bytesOf(in) * outs.size(),
-                opTimeout(opts.timeout), [this, outs, in, dtype](algo::Executor&) {
+                {in}, outs, bytesOf(in) * outs.size(), opTimeout(opts.timeout),
+                [this, a, outs, in, dtype](algo::Executor&) {
                   const int64_t m = in.numel();
                   at::Tensor flat = workspace(m * static_cast<int64_t>(outs.size()), in);
                   flat.narrow(0, getRank() * m, m).copy_(in.reshape({-1}));
-                  return Staged{algo::allgather(algorithm_, params(flat.numel()),
+                  return Staged{algo::allgather(*a, params(flat.numel()),
                                                 flat.data_ptr(), dtype),
                                 [outs, flat, m]() mutable {
                                   for (size_t i = 0; i < outs.size(); ++i) {
@@ -215,14 +221,15 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   at::Tensor out = output;
   at::Tensor in = input;
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kReduceScatter, bytesOf(in));
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op,
                 callPrint(algo::Method::kReduceScatterTensor, dtype, out.numel(),
                           algo::reductionName(red)),
-                {in}, {out}, bytesOf(in),
-                opTimeout(opts.timeout), [this, out, in, dtype, red](algo::Executor& ex) {
+                {in}, {out}, bytesOf(in), opTimeout(opts.timeout),
+                [this, a, out, in, dtype, red](algo::Executor& ex) {
                   // The schedule reduces in place, so it works on a copy of the input.
                   at::Tensor work = workspace(in.numel(), in).copy_(in.reshape({-1}));
-                  return reduceScatterInto(out, work, algorithm_, params(work.numel()), dtype,
+                  return reduceScatterInto(out, work, *a, params(work.numel()), dtype,
                                            red, ex.reducer());
                 });
 }
@@ -236,28 +243,32 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
   std::vector<at::Tensor> ins =
       checks::perRankList(op, inputs, "input", getSize(), out, "the output");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
+  const algo::Algorithm* a =
+      algorithm(op, algo::Collective::kReduceScatter, bytesOf(out) * ins.size());
   return launch(c10d::OpType::REDUCE_SCATTER, op,
                 callPrint(algo::Method::kReduceScatter, dtype, out.numel(),
                           algo::reductionName(red)),
-                ins, {out}, bytesOf(out) * ins.size(),
-                opTimeout(opts.timeout), [this, out, ins, dtype, red](algo::Executor& ex) {
+                ins, {out}, bytesOf(out) * ins.size(), opTimeout(opts.timeout),
+                [this, a, out, ins, dtype, red](algo::Executor& ex) {
                   std::vector<at::Tensor> flats;
                   for (auto& t : ins) flats.push_back(t.reshape({-1}));
                   at::Tensor work = workspace(out.numel() * static_cast<int64_t>(ins.size()), out);
                   at::cat_out(work, flats);
-                  return reduceScatterInto(out, work, algorithm_, params(work.numel()), dtype,
+                  return reduceScatterInto(out, work, *a, params(work.numel()), dtype,
                                            red, ex.reducer());
                 });
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::barrier(const c10d::BarrierOptions& opts) {
   const char* op = "barrier";
+  const algo::Algorithm* a =
+      algorithm(op, algo::Collective::kBarrier, static_cast<size_t>(getSize()));
   algo::Fingerprint fp;
   fp.method = algo::Method::kBarrier;
   return launch(c10d::OpType::BARRIER, op, fp, {}, {}, static_cast<size_t>(getSize()),
-                opTimeout(opts.timeout), [this](algo::Executor&) {
+                opTimeout(opts.timeout), [this, a](algo::Executor&) {
                   at::Tensor scratch = at::zeros({getSize()}, at::kByte);
-                  return Staged{algo::barrier(algorithm_, params(0), scratch.data_ptr()),
+                  return Staged{algo::barrier(*a, params(0), scratch.data_ptr()),
                                 [scratch] {}};
                 });
 }

@@ -63,7 +63,7 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
     : c10d::Backend(rank, size),
       store_(store),
       knobs_(std::move(knobs)),
-      algorithm_(algo::findAlgorithm(knobs_.algo)),
+      selector_(knobs_.algo),
       timeout_(timeout),
       p2p_(std::move(p2p)) {
   TORCH_CHECK(p2p_, "ringcoll: backend created without its point-to-point group");
@@ -185,6 +185,21 @@ algo::Params RingcollBackend::params(size_t n, int root) const {
   prm.root = root;
   prm.order = ringOrder_;
   return prm;
+}
+
+const algo::Algorithm* RingcollBackend::algorithm(const char* op, algo::Collective c,
+                                                  size_t bytes) const {
+  algo::Choice choice;
+  try {
+    choice = selector_.pick(c, bytes);
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, "ringcoll::", op, ": ", e.what());
+  }
+  if (knobs_.debug) {
+    std::fprintf(stderr, "[ringcoll rank %d/%d] %s %zu B: %s (%s)\n", getRank(), getSize(), op,
+                 bytes, choice.algorithm->name.c_str(), choice.why.c_str());
+  }
+  return choice.algorithm;
 }
 
 at::Tensor RingcollBackend::workspace(int64_t numel, const at::Tensor& like) {

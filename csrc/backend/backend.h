@@ -40,6 +40,7 @@
 #include "algo/collectives.h"
 #include "algo/executor.h"
 #include "algo/registry.h"
+#include "algo/select.h"
 #include "backend/call.h"
 #include "backend/worker.h"
 #include "common/knobs.h"
@@ -130,6 +131,10 @@ class RingcollBackend final : public c10d::Backend {
   enum class Stop : int { kRunning = 0, kShutdown = 1, kAbort = 2 };
   void stop(Stop how);
   algo::Params params(size_t n, int root = 0) const;
+  // The algorithm RINGCOLL_ALGO selects for collective c over `bytes` bytes, logged
+  // with the reason under RINGCOLL_DEBUG; a "ringcoll::<op>:" error if it does not
+  // provide c. Registry entries live for the whole process.
+  const algo::Algorithm* algorithm(const char* op, algo::Collective c, size_t bytes) const;
   // A flat working buffer of `numel` elements like `like` (dtype, device). On CPU it
   // is memory reused from one collective to the next: a fresh allocation of tens of
   // MiB costs page faults and zeroing on every call (a 32 MiB clone took 12 ms here,
@@ -139,7 +144,7 @@ class RingcollBackend final : public c10d::Backend {
 
   const c10::intrusive_ptr<c10d::Store> store_;
   const Knobs knobs_;
-  const algo::Algorithm& algorithm_;
+  const algo::Selector selector_;
   const std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Backend> p2p_;
   std::vector<int> ringOrder_;

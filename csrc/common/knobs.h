@@ -3,7 +3,12 @@
 // ringcoll.Options (pg_options of init_process_group / new_group), which win.
 //
 //   field        variable               default  meaning
-//   algo         RINGCOLL_ALGO          ring     algorithm from algo/registry.cc
+//   algo         RINGCOLL_ALGO          ring     algorithm(s) from algo/registry.cc: one
+//                                                name for every collective, or per
+//                                                collective and byte-size range, e.g.
+//                                                allreduce=twoshot:0-64K,rhd:64K-1M,ring;
+//                                                broadcast=tree (grammar: algo/select.h;
+//                                                auto: refused, no cost model yet)
 //   transport    RINGCOLL_TRANSPORT     auto     CPU tensors: auto (shared memory within
 //                                                a host, gloo between hosts) | shm | gloo
 //   chunkBytes   RINGCOLL_CHUNK_BYTES   1048576  largest single message (a segment, in
@@ -17,7 +22,8 @@
 //                                                the same one share memory. Default:
 //                                                hostname and boot id. Tests set it to
 //                                                pretend ranks live on different hosts
-//   debug        RINGCOLL_DEBUG         0        1: log every collective to stderr
+//   debug        RINGCOLL_DEBUG         0        1: log every collective to stderr,
+//                                                with the algorithm it ran and why
 //   fingerprint  RINGCOLL_FINGERPRINT   1        1: every CPU collective opens with the
 //                                                64-byte header exchange that catches
 //                                                ranks disagreeing about it
@@ -26,7 +32,8 @@
 //
 // An unknown RINGCOLL_* variable or a bad value is an error naming the variable,
 // the value and what is accepted: a typo must never be silently ignored. (The
-// algorithm name is checked against the registry where algorithms live.)
+// RINGCOLL_ALGO value is parsed against the registry where algorithms live,
+// algo/select.h.)
 #pragma once
 
 #include <cstddef>

@@ -1,0 +1,194 @@
+"""Every algorithm x every collective it provides, in real processes, against exact
+references (and gloo where gloo has the op), for world sizes 1-9 on both CPU
+transports; and RINGCOLL_ALGO's per-collective selection in a running group.
+
+One spawned world per (world size, transport) runs every algorithm in it, each
+on its own groups (ringcoll.Options(algo=...)): spawning is the cost, so a world
+runs many cases. World sizes 1-4 run the full grid: counts 0, 1, p-1, p+1 and
+large, one dtype of each kind (32- and 16-bit float, integer, bool) with every
+op, every root; and a second group per algorithm forces 64-byte segments, so that
+whole-buffer tree transfers and rhd's halves are pipelined across steps. 5, 7 and
+9 (rhd's folds with rem = 1, 3, 1 around 4 and 8; the trees' uneven levels) run a
+few dtype/op pairs, counts 1, p+1 and large, three roots. Inputs are the small
+integers of tests/cases.py, exact in every dtype whatever the reduction order.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from datetime import timedelta
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ringcoll
+from ringcoll import _C
+from tests import cases, mp
+from tests.cases import OPS, same
+from tests.conftest import TRANSPORTS
+
+# ring's reduce is new (reduce-scatter then a gather to the root); its other
+# collectives are covered by test_collectives.py.
+COLLECTIVES = {a: (["reduce"] if a == "ring" else _C.provides(a)) for a in ringcoll.algorithms()}
+KINDS = [torch.float32, torch.float16, torch.int32, torch.bool]
+FEW = [(torch.float32, "SUM"), (torch.float32, "AVG"), (torch.int32, "MAX"),
+       (torch.float16, "PREMUL_SUM"), (torch.bool, "BXOR")]
+WORLD_SIZES = [1, 2, 3, 4, 5, 7, 9]
+# Both transports up to 5 ranks; 7 on gloo and 9 on shared memory (7-9 processes on
+# CI's 2 cores are the slowest worlds).
+GRID = [(p, t) for p in WORLD_SIZES for t in TRANSPORTS
+        if (p > 1 or t == "shm") and (p <= 5 or t == {7: "gloo", 9: "shm"}[p])]
+
+
+def _plan(p, tiny):
+    """(dtype/op pairs, counts, roots) for one group."""
+    if tiny:  # segmentation only matters for long blocks
+        return FEW[:2], [40 * p + 3], [p - 1]
+    if p <= 4:
+        pairs = [(d, op) for d in KINDS for op in OPS if cases.op_valid(op, d)]
+        return pairs, cases.counts(p, 300), list(range(p))
+    return FEW, [1, p + 1, 300], sorted({0, p // 2, p - 1})
+
+
+def _check(failures, what, got, want):
+    if not same(got, want):
+        bad = (got != want).nonzero()[:5].flatten().tolist() if got.shape == want.shape else "shape"
+        failures.append(f"{what}: differs from the reference at {bad}: got "
+                        f"{got.flatten()[:8].tolist()} want {want.flatten()[:8].tolist()}")
+
+
+def _reducing(failures, rank, p, algo, colls, group, pairs, counts, roots, label):
+    for dtype, op in pairs:
+        rop = cases.reduce_op(op)
+        for n in counts:
+            what = f"{algo}[{label}] {dtype} {op} n={n}"
+            inputs = [cases.make_input(r, n, dtype, op, p) for r in range(p)]
+            want = cases.reference(inputs, op, dtype, p)
+            if "allreduce" in colls:
+                x = inputs[rank].clone()
+                dist.all_reduce(x, op=rop, group=group)
+                _check(failures, f"allreduce {what}", x, want)
+                if op not in ("AVG", "PREMUL_SUM") and label == "default":
+                    g = inputs[rank].clone()
+                    dist.all_reduce(g, op=rop, group=mp.GLOO)
+                    _check(failures, f"gloo allreduce {what}", x, g)
+            if "reduce" in colls:
+                for root in roots:
+                    x = inputs[rank].clone()
+                    dist.reduce(x, dst=root, op=rop, group=group)
+                    _check(failures, f"reduce root={root} {what}", x,
+                           want if rank == root else inputs[rank])
+            if "reducescatter" in colls:
+                ins = [cases.make_input(r, p * n, dtype, op, p) for r in range(p)]
+                full = cases.reference(ins, op, dtype, p)
+                out = torch.empty(n, dtype=dtype)
+                dist.reduce_scatter_tensor(out, ins[rank].clone(), op=rop, group=group)
+                _check(failures, f"reducescatter {what}", out, full[rank * n:(rank + 1) * n])
+
+
+def _copying(failures, rank, p, algo, colls, group, dtypes, counts, roots, label):
+    for dtype in dtypes:
+        for n in counts:
+            what = f"{algo}[{label}] {dtype} n={n}"
+            if "allgather" in colls:
+                parts = [cases.make_input(r, n, dtype, "SUM", p, salt=r) for r in range(p)]
+                out = torch.empty(p * n, dtype=dtype)
+                dist.all_gather_into_tensor(out, parts[rank].clone(), group=group)
+                _check(failures, f"allgather {what}", out, torch.cat(parts))
+            if "broadcast" in colls:
+                for root in roots:
+                    want = cases.make_input(root, n, dtype, "SUM", p, salt=7)
+                    x = want.clone() if rank == root else torch.zeros(n, dtype=dtype)
+                    dist.broadcast(x, src=root, group=group)
+                    _check(failures, f"broadcast root={root} {what}", x, want)
+
+
+def algorithms_matrix(rank, p):
+    failures = []
+    for algo, colls in COLLECTIVES.items():
+        for label, chunk in (("default", None), ("tiny-segments", 64))[:2 if p <= 4 else 1]:
+            group = dist.new_group(backend="ringcoll", timeout=timedelta(seconds=60),
+                                   pg_options=ringcoll.Options(algo=algo, chunk_bytes=chunk))
+            pairs, counts, roots = _plan(p, chunk is not None)
+            _reducing(failures, rank, p, algo, colls, group, pairs, counts, roots, label)
+            dtypes = list(dict.fromkeys(d for d, _ in pairs))
+            _copying(failures, rank, p, algo, colls, group, dtypes, counts, roots, label)
+            if "barrier" in colls:
+                dist.barrier(group=group)
+            dist.destroy_process_group(group)
+    return failures
+
+
+@pytest.mark.parametrize("world_size, transport", GRID)
+def test_every_algorithm_against_references(world_size, transport):
+    mp.run_checks(world_size, algorithms_matrix, timeout=600, transport=transport)
+
+
+# --------------------------------------------------------------------------------
+# selection in a running group
+
+SPEC = "allreduce=twoshot:0-64,rhd:64-4K,ring;reduce=tree;broadcast=tree;reducescatter=rhd"
+
+
+def selection_world(rank, p, log_dir):
+    failures = []
+    # Capture this rank's stderr, where RINGCOLL_DEBUG logs each call's choice.
+    path = os.path.join(log_dir, f"rank{rank}.log")
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 2)
+    try:
+        group = dist.new_group(backend="ringcoll",
+                               pg_options=ringcoll.Options(algo=SPEC, debug=True))
+        for n in (4, 100, 5000):  # float32: 16 B, 400 B, 20000 B
+            inputs = [cases.make_input(r, n, torch.float32, "SUM", p) for r in range(p)]
+            x = inputs[rank].clone()
+            dist.all_reduce(x, group=group)
+            _check(failures, f"allreduce n={n}", x, cases.reference(inputs, "SUM",
+                                                                   torch.float32, p))
+        x = torch.full((3,), float(rank))
+        dist.broadcast(x, src=p - 1, group=group)
+        _check(failures, "broadcast", x, torch.full((3,), float(p - 1)))
+        ag = torch.empty(p * 2)
+        dist.all_gather_into_tensor(ag, torch.full((2,), float(rank)), group=group)
+        _check(failures, "allgather", ag, torch.arange(p, dtype=torch.float32).repeat_interleave(2))
+        dist.barrier(group=group)
+        # One name for every collective: refused, by name, where it has no schedule,
+        # before anything is sent; the group stays usable.
+        tree = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(algo="tree"))
+        try:
+            dist.reduce_scatter_tensor(torch.empty(1), torch.ones(p), group=tree)
+            failures.append("tree reduce-scatter was not refused")
+        except (RuntimeError, ValueError) as e:
+            msg = str(e)
+            for f in ("ringcoll::reduce_scatter_tensor:", "'tree' does not provide reducescatter",
+                      "tree provides: allreduce, broadcast, reduce, barrier"):
+                if f not in msg:
+                    failures.append(f"tree reduce-scatter error lacks {f!r}: {msg}")
+        y = torch.ones(5)
+        dist.all_reduce(y, group=tree)
+        _check(failures, "tree allreduce after the refusal", y, torch.full((5,), float(p)))
+    finally:
+        os.dup2(saved, 2)
+        os.close(fd)
+    log = open(path).read()
+    me = f"[ringcoll rank {rank}/{p}]"
+    for line in (
+            f"{me} allreduce 16 B: twoshot (RINGCOLL_ALGO allreduce range 0-64)",
+            f"{me} allreduce 400 B: rhd (RINGCOLL_ALGO allreduce range 64-4K)",
+            f"{me} allreduce 20000 B: ring (RINGCOLL_ALGO allreduce, beyond its ranges)",
+            f"{me} broadcast 12 B: tree (RINGCOLL_ALGO broadcast)",
+            f"{me} all_gather_into_tensor {8 * p} B: ring "
+            f"(default: RINGCOLL_ALGO names no allgather)",
+            f"{me} barrier {p} B: ring (default: RINGCOLL_ALGO names no barrier)"):
+        if line not in log:
+            failures.append(f"log lacks {line!r}:\n{log}")
+    return failures
+
+
+def test_selection_per_collective_and_size():
+    with tempfile.TemporaryDirectory() as d:
+        mp.run_checks(3, selection_world, d, timeout=300, transport="shm")
+

@@ -1,0 +1,115 @@
+"""RINGCOLL_ALGO parsing and selection (csrc/algo/select.h), pure: no processes.
+
+Good values pick the algorithm a collective of a given byte size runs and say why;
+bad values are ValueErrors naming RINGCOLL_ALGO, the bad part and what is accepted;
+an algorithm named for a collective it does not provide is refused by name, with
+what it does provide; `auto` is refused until there is a cost model.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import ringcoll
+from ringcoll import _C
+
+MIXED = "allreduce=twoshot:0-64K,rhd:64K-1M,ring;broadcast=tree"
+
+
+@pytest.mark.parametrize("value, collective, nbytes, algo, why", [
+    ("ring", "allreduce", 8, "ring", "RINGCOLL_ALGO=ring"),
+    ("rhd", "reducescatter", 1 << 20, "rhd", "RINGCOLL_ALGO=rhd"),
+    ("tree", "barrier", 4, "tree", "RINGCOLL_ALGO=tree"),
+    (MIXED, "allreduce", 0, "twoshot", "RINGCOLL_ALGO allreduce range 0-64K"),
+    (MIXED, "allreduce", 64 * 1024 - 1, "twoshot", "RINGCOLL_ALGO allreduce range 0-64K"),
+    (MIXED, "allreduce", 64 * 1024, "rhd", "RINGCOLL_ALGO allreduce range 64K-1M"),
+    (MIXED, "allreduce", (1 << 20) - 1, "rhd", "RINGCOLL_ALGO allreduce range 64K-1M"),
+    (MIXED, "allreduce", 1 << 20, "ring", "RINGCOLL_ALGO allreduce, beyond its ranges"),
+    (MIXED, "broadcast", 5, "tree", "RINGCOLL_ALGO broadcast"),
+    (MIXED, "reducescatter", 5, "ring", "default: RINGCOLL_ALGO names no reducescatter"),
+    ("allreduce=rhd:1K-2K", "allreduce", 100, "ring",
+     "default: no RINGCOLL_ALGO allreduce range covers it"),
+    ("allreduce=rhd:1K-2K", "allreduce", 1024, "rhd", "RINGCOLL_ALGO allreduce range 1K-2K"),
+    (" allreduce = rhd : 1k - 1g , tree ; reduce = tree ", "allreduce", 1 << 29, "rhd",
+     "RINGCOLL_ALGO allreduce range 1k - 1g"),
+    ("reduce=tree;barrier=twoshot;allgather=rhd:0-10,twoshot", "allgather", 10, "twoshot",
+     "RINGCOLL_ALGO allgather, beyond its ranges"),
+    ("reduce=tree;barrier=twoshot", "barrier", 3, "twoshot", "RINGCOLL_ALGO barrier"),
+    ("reduce=tree;barrier=twoshot", "reduce", 3, "tree", "RINGCOLL_ALGO reduce"),
+    ("allreduce=tree:0-4G,ring", "allreduce", (4 << 30) - 1, "tree",
+     "RINGCOLL_ALGO allreduce range 0-4G"),
+])
+def test_good_values_pick(value, collective, nbytes, algo, why):
+    assert _C.select(value, collective, nbytes) == (algo, why)
+
+
+@pytest.mark.parametrize("value, fragments", [
+    ("", ["RINGCOLL_ALGO is empty"]),
+    ("nope", ["unknown algorithm 'nope' in 'nope'", "known: ring, rhd, tree, twoshot"]),
+    ("auto", ["'auto' in 'auto' needs the cost model, not built yet"]),
+    ("allreduce=auto", ["'auto' in 'auto' needs the cost model, not built yet"]),
+    ("allreduce=rhd:0-1K,auto", ["needs the cost model"]),
+    ("rhd,ring", ["'rhd,ring' is neither one algorithm name nor per-collective entries"]),
+    ("allredcue=rhd", ["unknown collective 'allredcue' in 'allredcue=rhd'",
+                       "allreduce, reducescatter, allgather, broadcast, reduce, barrier"]),
+    ("allreduce=rhd;allreduce=ring", ["allreduce is named twice"]),
+    ("allreduce=rhd;ring", ["entry 'ring'", "a single algorithm name must be the whole value"]),
+    ("allreduce=rhd;", ["entry ''"]),
+    ("allreduce=", ["empty choice in 'allreduce='"]),
+    ("allreduce=rhd,,ring", ["empty choice"]),
+    ("allreduce=rhd:64Q-1M", ["bad size '64Q' in 'rhd:64Q-1M'", "K, M or G"]),
+    ("allreduce=rhd:-1M", ["bad size '' in 'rhd:-1M'"]),
+    ("allreduce=rhd:1.5K-1M", ["bad size '1.5K'"]),
+    ("allreduce=rhd:99999999999999999999-1", ["bad size '99999999999999999999'"]),
+    ("allreduce=rhd:64K", ["range '64K' in 'rhd:64K' is not lo-hi"]),
+    ("allreduce=rhd:1M-64K", ["range '1M-64K' in 'rhd:1M-64K' is empty"]),
+    ("allreduce=rhd:64K-64K", ["is empty"]),
+    ("allreduce=rhd:0-1M,twoshot:512K-2M", ["range '512K-2M' of twoshot overlaps '0-1M' of rhd"]),
+    ("allreduce=ring,rhd:0-1K", ["'rhd:0-1K' follows 'ring', which has no range", "must be last"]),
+    ("allreduce=ring,rhd", ["must be last"]),
+    ("allreduce=nope:0-1K", ["unknown algorithm 'nope' in 'nope:0-1K'"]),
+    # an algorithm named for a collective it does not provide
+    ("broadcast=rhd", ["in 'broadcast=rhd'", "algorithm 'rhd' does not provide broadcast",
+                       "rhd provides: allreduce, reducescatter, allgather, barrier"]),
+    ("reducescatter=tree:0-1K,ring", ["algorithm 'tree' does not provide reducescatter",
+                                      "tree provides: allreduce, broadcast, reduce, barrier"]),
+    ("reduce=twoshot", ["'twoshot' does not provide reduce"]),
+])
+def test_bad_values_are_clear_errors(value, fragments):
+    with pytest.raises(ValueError) as err:
+        _C.select(value, "allreduce", 8)
+    msg = str(err.value)
+    assert msg.startswith("RINGCOLL_ALGO"), msg
+    for f in fragments:
+        assert f in msg, f"{f!r} not in {msg!r}"
+
+
+def test_one_name_refuses_what_it_lacks_when_called():
+    # One name for everything: applied per collective as it is called, refused where
+    # the algorithm has no such collective (not silently replaced by another).
+    assert _C.select("tree", "broadcast", 8)[0] == "tree"
+    with pytest.raises(ValueError) as err:
+        _C.select("tree", "reducescatter", 8)
+    msg = str(err.value)
+    assert "algorithm 'tree' does not provide reducescatter" in msg, msg
+    assert "tree provides: allreduce, broadcast, reduce, barrier" in msg, msg
+    assert "name algorithms per collective instead" in msg, msg
+
+
+def test_knobs_and_options_validate_the_value():
+    # Both routes (environment and Options) go through one parser at group creation.
+    assert "RINGCOLL_ALGO=" + MIXED in _C.knobs({"RINGCOLL_ALGO": MIXED})
+    with pytest.raises(RuntimeError, match="unknown collective 'bcast'"):
+        _C.knobs(ringcoll.Options(algo="bcast=tree").overrides())
+    with pytest.raises(RuntimeError, match="needs the cost model"):
+        _C.knobs({"RINGCOLL_ALGO": "auto"})
+
+
+def test_every_algorithm_says_what_it_provides():
+    got = {a: _C.provides(a) for a in ringcoll.algorithms()}
+    assert got == {
+        "ring": ["allreduce", "reducescatter", "allgather", "broadcast", "reduce", "barrier"],
+        "rhd": ["allreduce", "reducescatter", "allgather", "barrier"],
+        "tree": ["allreduce", "broadcast", "reduce", "barrier"],
+        "twoshot": ["allreduce", "reducescatter", "allgather", "barrier"],
+    }
