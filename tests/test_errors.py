@@ -171,7 +171,7 @@ def test_missing_peer_times_out_with_names(transport):
         elapsed, msg, elapsed2, again = res
         assert 2.5 <= elapsed < 20, f"rank {rank} failed after {elapsed:.1f}s: {msg}"
         assert "ringcoll::allreduce #" in msg and f"(rank {rank} of 3)" in msg, msg
-        assert "timed out" in msg and "rank" in msg, msg
+        assert "Timed out" in msg and "rank" in msg, msg
         assert elapsed2 < 2 and "unusable after an earlier failure" in again, again
 
 
@@ -193,5 +193,5 @@ def late_wait(rank, p):
 
 def test_wait_timeout_names_peer(transport):
     msg = mp.run_world(2, late_wait, pg_timeout_s=30, transport=transport)[0]
-    assert "ringcoll::allreduce #1 (rank 0 of 2)" in msg and "timed out after 1000 ms" in msg, msg
+    assert "ringcoll::allreduce #1 (rank 0 of 2)" in msg and "Timed out after 1000 ms" in msg, msg
     assert "waiting for rank 1" in msg, msg

@@ -310,7 +310,7 @@ bool Executor::drive(Execution& ex, Clock::time_point until,
     const auto deadline = ex.lastMove() + timeout;
     if (now >= deadline) {
       throw PeerError(ex.waitingPeer(),
-                      RC_STR("timed out after ", timeout.count(), " ms waiting for ",
+                      RC_STR("Timed out after ", timeout.count(), " ms waiting for ",
                              ex.waitingWhat()),
                       /*timedOut=*/true);
     }

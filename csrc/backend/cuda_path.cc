@@ -60,8 +60,8 @@ class CudaWork final : public c10d::Work {
       while (!isCompleted()) {
         if (std::chrono::steady_clock::now() > deadline) {
           C10_THROW_ERROR(DistBackendError,
-                          c10::str(label_, ": wait() timed out after ", timeout.count(),
-                                   " ms waiting for its ring neighbours"));
+                          c10::str(label_, ": Timed out after ", timeout.count(),
+                                   " ms in wait(), waiting for its ring neighbours"));
         }
         std::this_thread::sleep_for(std::chrono::microseconds(200));
       }
@@ -218,7 +218,7 @@ void CudaPath::watchdog() {
     if (async != ncclSuccess && async != ncclInProgress) {
       why = c10::str("NCCL error ", ncclGetErrorString(async));
     } else if (waited > timeout_) {
-      why = c10::str("timed out after ", timeout_.count(), " ms");
+      why = c10::str("Timed out after ", timeout_.count(), " ms");
     }
     if (why.empty()) continue;
     broken_ = c10::str(oldest->label(), ": ", why, " waiting for rank ", prev,

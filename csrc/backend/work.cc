@@ -32,7 +32,7 @@ bool RingcollWork::wait(std::chrono::milliseconds timeout) {
   if (!cv_.wait_for(lock, limit, [this] { return completed_; })) {
     lock.unlock();
     C10_THROW_ERROR(DistBackendError,
-                    c10::str(label_, ": wait() timed out after ", limit.count(), " ms; ",
+                    c10::str(label_, ": Timed out after ", limit.count(), " ms in wait(); ",
                              describeWait_ ? describeWait_() : std::string()));
   }
   if (exception_) std::rethrow_exception(exception_);
