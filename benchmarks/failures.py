@@ -11,6 +11,7 @@ The group timeout is 10 s, so a rank that waits it out shows ~10 s.
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -31,12 +32,15 @@ MISTAKES = {
 assert set(MISTAKES) == set(ROWS)
 
 
-def outcome(r, width=110):
+def outcome(r, width=240):
     if r is None:
         return "killed"
     if r["kind"] is None:
         return "returns, output " + ("untouched" if r["intact"] else "written")
     msg = r["msg"].replace("\n", " ").replace("|", "/")
+    # gloo's messages start with its source path: drop it; ringcoll's with its label.
+    msg = re.sub(r"^\[[^\]]*\] ", "", msg)
+    msg = re.sub(r"^ringcoll::\w+ #\d+ \(rank \d of \d\): ", "", msg)
     if len(msg) > width:
         msg = msg[:width] + "..."
     return (f"{r['kind']} after {r['elapsed']:.2f} s"

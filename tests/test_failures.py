@@ -266,3 +266,25 @@ def test_calls_after_abort_fail_at_once():
     res = mp.run_world(2, abort_then_call, pg_timeout_s=30, transport="shm")
     for msg in res:
         assert "ringcoll::allreduce #2" in msg and "aborted" in msg, msg
+
+
+# --------------------------------------------------------------------------------
+# ranks whose knobs disagree
+
+
+def never_called(rank, p):
+    return "the group was created"
+
+
+def test_ranks_with_different_knobs_are_refused_at_creation():
+    """Knobs that shape the messages (here the segment size) must be the same on
+    every rank: both ranks refuse the group at init_process_group, naming both
+    values, instead of exchanging messages of different sizes later."""
+    with pytest.raises(AssertionError) as info:
+        mp.run_world(2, never_called, pg_timeout_s=30, transport="shm",
+                     rank_env={"RINGCOLL_CHUNK_BYTES": ["65536", "1048576"]})
+    text = str(info.value)
+    for rank in range(2):
+        part = text.split(f"--- rank {rank} ---")[1].split("--- rank")[0]
+        assert "ranks must use the same knobs" in part, part
+        assert "RINGCOLL_CHUNK_BYTES=65536" in part and "RINGCOLL_CHUNK_BYTES=1048576" in part, part

@@ -71,8 +71,13 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
               "ringcoll: point-to-point group is rank ", p2p_->getRank(), " of ",
               p2p_->getSize(), " but the backend is rank ", rank, " of ", size);
   StoreRendezvous rv(store_);
-  const Topology topo = exchangeTopology(rv, rank, size,
-                                         knobs_.host.empty() ? thisHost() : knobs_.host);
+  Topology topo;
+  try {
+    topo = exchangeTopology(rv, rank, size, knobs_.host.empty() ? thisHost() : knobs_.host,
+                            knobs_.shared());
+  } catch (const std::invalid_argument& e) {
+    TORCH_CHECK(false, "ringcoll: ", e.what());
+  }
   ringOrder_ = topo.order;
   if (size > 1) {
     const auto me = std::find(ringOrder_.begin(), ringOrder_.end(), rank) - ringOrder_.begin();

@@ -21,11 +21,23 @@ std::string thisHost() {
   return RC_STR(name, "/", boot);
 }
 
-Topology exchangeTopology(Rendezvous& rv, int rank, int size, const std::string& host) {
-  rv.set(RC_STR("ringcoll/host/", rank), host);
+Topology exchangeTopology(Rendezvous& rv, int rank, int size, const std::string& host,
+                          const std::string& agreed) {
+  // One value per rank: "<agreed>\n<host>" (knob values hold no newline).
+  rv.set(RC_STR("ringcoll/host/", rank), agreed + "\n" + host);
   Topology t;
   for (int r = 0; r < size; ++r) {
-    t.hostOf.push_back(r == rank ? host : rv.get(RC_STR("ringcoll/host/", r)));
+    if (r == rank) {
+      t.hostOf.push_back(host);
+      continue;
+    }
+    const std::string v = rv.get(RC_STR("ringcoll/host/", r));
+    const size_t nl = v.find('\n');
+    RC_REQUIRE(nl != std::string::npos, "rank ", r, " published '", v,
+               "' (another version of ringcoll?)");
+    RC_CHECK_ARG(v.compare(0, nl, agreed) == 0, "ranks must use the same knobs: rank ", r,
+                 " has ", v.substr(0, nl), " but rank ", rank, " has ", agreed);
+    t.hostOf.push_back(v.substr(nl + 1));
   }
   std::vector<std::string> hosts;  // in order of their lowest rank
   for (const auto& h : t.hostOf) {

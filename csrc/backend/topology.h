@@ -27,8 +27,11 @@ struct Topology {
 // hostname and boot id: ranks that share both share /dev/shm.
 std::string thisHost();
 
-// `host`: this rank's identity (RINGCOLL_HOST, else thisHost()).
-Topology exchangeTopology(Rendezvous& rv, int rank, int size, const std::string& host);
+// `host`: this rank's identity (RINGCOLL_HOST, else thisHost()). `agreed`: what
+// every rank must have the same of (Knobs::shared()), sent along with it; a rank
+// whose value differs makes every rank throw std::invalid_argument naming both.
+Topology exchangeTopology(Rendezvous& rv, int rank, int size, const std::string& host,
+                          const std::string& agreed);
 
 // The CPU transport of one backend (see above). `port`: gloo point-to-point over
 // the same ranks; chunkBytes: the largest message.

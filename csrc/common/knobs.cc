@@ -79,6 +79,12 @@ Knobs Knobs::load(const std::map<std::string, std::string>& overrides) {
   return k;
 }
 
+std::string Knobs::shared() const {
+  return RC_STR("RINGCOLL_ALGO=", algo, " RINGCOLL_TRANSPORT=", transport,
+                " RINGCOLL_CHUNK_BYTES=", chunkBytes,
+                " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0);
+}
+
 std::string Knobs::describe() const {
   return RC_STR("RINGCOLL_ALGO=", algo, " RINGCOLL_TRANSPORT=", transport,
                 " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_INLINE_BYTES=", inlineBytes,

@@ -59,6 +59,10 @@ struct Knobs {
 
   // "RINGCOLL_ALGO=ring RINGCOLL_TRANSPORT=auto ..." for logs and tests.
   std::string describe() const;
+  // The knobs every rank of a group must share, because they shape the messages
+  // (algorithm, transport, segment size, fingerprint), in describe()'s form; the
+  // backend refuses a group whose ranks differ in them.
+  std::string shared() const;
 };
 
 }  // namespace ringcoll
