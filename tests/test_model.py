@@ -37,7 +37,7 @@ CAL = dataclasses.replace(model.DEFAULTS, cores=2, chunk_bytes=4096)
 
 
 def _one_host(p, cal, transport="shm"):
-    link = cal.transports[transport]
+    link = cal.link(transport, p)
     return sim.Topology(hosts=1, per_host=p, intra=sim.Link(link.alpha, link.beta),
                         inter=sim.Link(1.0, 1.0), gamma=cal.gamma["float32"],
                         overhead=link.overhead, cores=cal.cores, wake=link.wake,

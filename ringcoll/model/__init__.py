@@ -33,7 +33,10 @@ ringcoll.model` judge):
              step cannot take less than the work of all its ranks spread over c
              cores (sum over ranks of their cost / c), and every message pays
              `wake` on top of alpha: a rank waiting for it has yielded its core and
-             must be scheduled again.
+             must be scheduled again. Crowded ranks change every constant (waiting
+             turns from spinning into sleeping), so a calibration may carry a
+             second set per transport, "<transport>/crowded", fitted on worlds
+             with more ranks than cores and used for them.
   * overhead A constant per call (issuing it, waking the worker, completing the
              Work), paid once.
 
@@ -95,7 +98,11 @@ class Calibration:
     source: str = "defaults"  # where it came from, for logs and tables
     meta: dict = field(default_factory=dict)
 
-    def link(self, transport: str) -> LinkCost:
+    def link(self, transport: str, p: int = 1) -> LinkCost:
+        """The constants of `transport` for p ranks: those of "<transport>/crowded"
+        when the ranks outnumber the cores and the calibration has them."""
+        if p > self.cores and f"{transport}/crowded" in self.transports:
+            return self.transports[f"{transport}/crowded"]
         if transport not in self.transports:
             raise CalibrationError(f"{self.source}: no constants for transport {transport!r} "
                                    f"(has: {', '.join(self.transports)})")
@@ -237,7 +244,7 @@ def terms(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float
     """The call's cost as counts: (1, alpha msgs, beta bytes, gamma bytes, wake msgs)
     along its critical path under `cal`; predict() is their dot product with the
     constants."""
-    link = cal.link(transport)
+    link = cal.link(transport, p)
     g = cal.gamma.get(dtype, cal.gamma["float32"])
     ld = loads(algo, collective, p, nbytes, dtype, cal.chunk_bytes, cal.fingerprint)
     t = np.array([1.0, 0, 0, 0, 0])
@@ -246,8 +253,8 @@ def terms(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float
     return t
 
 
-def constants(transport, cal: Calibration, dtype="float32") -> np.ndarray:
-    link = cal.link(transport)
+def constants(transport, cal: Calibration, dtype="float32", p: int = 1) -> np.ndarray:
+    link = cal.link(transport, p)
     return np.array([link.overhead, link.alpha, link.beta,
                      cal.gamma.get(dtype, cal.gamma["float32"]), link.wake])
 
@@ -255,4 +262,4 @@ def constants(transport, cal: Calibration, dtype="float32") -> np.ndarray:
 def predict(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float32") -> float:
     """Predicted seconds of one call (p = 1: nothing moves, the overhead only)."""
     return float(terms(algo, collective, p, nbytes, transport, cal, dtype)
-                 @ constants(transport, cal, dtype))
+                 @ constants(transport, cal, dtype, p))

@@ -105,8 +105,12 @@ def calibrate(a) -> int:
     start = load(None)
     cal = Calibration(dict(start.transports), gammas, cores, source=out)
     for t in a.transports:
-        cal.transports[t] = fit.fit_link(rows, t, cal)
+        # ranks fewer than cores, then (if measured) more: fitted apart
+        cal.transports[t] = fit.fit_link(rows, t, cal, crowded=False)
         print(f"# {t}: {cal.transports[t]}")
+        if any(r["p"] > cores for r in rows):
+            cal.transports[t + "/crowded"] = fit.fit_link(rows, t, cal, crowded=True)
+            print(f"# {t}/crowded: {cal.transports[t + '/crowded']}")
     cal.meta = {"command": "python -m ringcoll.model " + " ".join(sys.argv[1:]),
                 "machine": machine(), "nproc": a.nproc, "measurements": a.from_json or "live", "collectives": a.collectives,
                 "sizes": a.sizes, "units": "seconds; alpha per message end, beta per byte "

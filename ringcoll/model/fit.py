@@ -39,10 +39,13 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best
 
 
-def fit_link(rows, transport: str, cal: Calibration, rounds: int = 6) -> LinkCost:
+def fit_link(rows, transport: str, cal: Calibration, rounds: int = 6,
+             crowded: bool | None = None) -> LinkCost:
     """The constants of `transport` that best predict `rows` (measurements of it:
-    dicts with algo, collective, p, size, time_s)."""
-    rows = [r for r in rows if r["transport"] == transport and r["algo"] != "auto"]
+    dicts with algo, collective, p, size, time_s). crowded=False / True: fit only
+    the rows with p <= cores / p > cores (the "<transport>/crowded" set)."""
+    rows = [r for r in rows if r["transport"] == transport and r["algo"] != "auto"
+            and (crowded is None or (r["p"] > cal.cores) == crowded)]
     if not rows:
         raise ValueError(f"no measurements of transport {transport} to fit")
     y = np.array([r["time_s"] for r in rows])
@@ -54,5 +57,6 @@ def fit_link(rows, transport: str, cal: Calibration, rounds: int = 6) -> LinkCos
         b = (y - g * x[:, 3]) / y
         c = nnls(a, b)
         link = LinkCost(*(float(v) for v in c))
-        cal = dataclasses.replace(cal, transports={**cal.transports, transport: link})
+        key = f"{transport}/crowded" if crowded else transport
+        cal = dataclasses.replace(cal, transports={**cal.transports, key: link})
     return link
