@@ -115,13 +115,16 @@ class Calibration:
                 "gamma": dict(self.gamma), "meta": self.meta}
 
 
-# Rounded from benchmarks/results/model-cpu.json (2-core AMD EPYC VM): what auto
-# uses when RINGCOLL_MODEL names no calibration. Ratios between transports and
-# between alpha and beta matter for the choice more than the absolute figures.
+# Rounded from benchmarks/results/model-cpu.json (2-core AMD EPYC VM, shared and
+# noisy): what auto uses when RINGCOLL_MODEL names no calibration. Ratios between
+# transports and between per-call, per-message and per-byte terms matter for the
+# choice more than the absolute figures.
 DEFAULTS = Calibration(
-    transports={"shm": LinkCost(overhead=8e-6, alpha=1.5e-6, beta=8e-11, wake=8e-6),
-                "gloo": LinkCost(overhead=1e-4, alpha=3e-5, beta=3e-10, wake=1.5e-4)},
-    gamma={"float32": 1e-10, "float64": 1e-10, "float16": 2e-10, "bfloat16": 2e-10},
+    transports={"shm": LinkCost(overhead=2.4e-5, alpha=0.0, beta=7e-11),
+                "shm/crowded": LinkCost(overhead=5e-5, alpha=3.2e-6, beta=1.2e-10),
+                "gloo": LinkCost(overhead=0.0, alpha=7.7e-5, beta=3.6e-10),
+                "gloo/crowded": LinkCost(overhead=1.3e-3, alpha=4.9e-5, beta=4e-10)},
+    gamma={"float32": 4.7e-11, "float64": 5e-11, "float16": 4.6e-11, "bfloat16": 4.4e-11},
     cores=os.cpu_count() or 1, source="defaults")
 
 

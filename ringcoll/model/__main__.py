@@ -251,6 +251,8 @@ def compare(a) -> int:
     cal = load(a.model)
     if a.from_json:
         rows, header = _saved(a.from_json)
+        header = (f"# python -m ringcoll.model {' '.join(sys.argv[1:])}\n# measured by:\n"
+                  + header)
     else:
         rows = measure.run(a.nproc, a.collectives, a.sizes, a.transports, auto=not a.no_auto,
                            budget=a.budget, runs=a.runs, model_path=a.model)

@@ -5,7 +5,8 @@ critical rank is fixed, but which rank is critical depends on the constants. So:
 start from the current constants, take every measured call's terms (model.terms),
 solve for overhead, alpha, beta and wake by least squares on the relative error
 (each row divided by the measured time, since sizes span five orders of magnitude
-and the target is a relative error), with gamma held at its separately measured
+and the target is a relative error; reweighted towards the least absolute error,
+which outliers pull less), with gamma held at its separately measured
 value and every constant kept >= 0 (the best of the least-squares solutions over
 the subsets of constants left free whose solution is all >= 0), and repeat with
 the new constants until the critical ranks stop changing (a few rounds).
@@ -55,7 +56,13 @@ def fit_link(rows, transport: str, cal: Calibration, rounds: int = 6,
         g = cal.gamma["float32"]
         a = x[:, FREE] / y[:, None]
         b = (y - g * x[:, 3]) / y
-        c = nnls(a, b)
+        # Least absolute relative error (iteratively reweighted least squares):
+        # the target is a median error, and this machine's outliers (a rank
+        # preempted for a whole run) must not pull every prediction.
+        w = np.ones(len(y))
+        for _ in range(8):
+            c = nnls(a * w[:, None], b * w)
+            w = 1 / np.sqrt(np.maximum(np.abs(a @ c - b), 0.02))
         link = LinkCost(*(float(v) for v in c))
         key = f"{transport}/crowded" if crowded else transport
         cal = dataclasses.replace(cal, transports={**cal.transports, key: link})
