@@ -212,6 +212,10 @@ def report(rows, cal: Calibration, header: str) -> tuple[str, dict]:
 def plot(rows, cal, path, title):
     import matplotlib
 
+    from .. import algorithms
+
+    colours = algorithms()  # one colour per algorithm in every panel
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -224,7 +228,8 @@ def plot(rows, cal, path, title):
     for i, (t, p) in enumerate(keys):
         for j, coll in enumerate(colls):
             ax = axes[i][j]
-            for k, a in enumerate(providers(coll)):
+            for a in providers(coll):
+                k = colours.index(a)
                 pts = sorted((r["size"], r["time_s"]) for r in rows if (r["transport"], r["p"],
                              r["collective"], r["algo"]) == (t, p, coll, a))
                 if not pts:
