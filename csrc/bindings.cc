@@ -15,6 +15,7 @@
 #include "algo/select.h"
 #include "backend/backend.h"
 #include "backend/checks.h"
+#include "backend/topology.h"
 #include "common/knobs.h"
 #include "reduce/reducer.h"
 #include "reduce/vector.h"
@@ -290,6 +291,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return loadKnobs(overrides).describe();
   }, py::arg("overrides") = std::map<std::string, std::string>{});
   m.def("algorithms", &ringcoll::algo::algorithmNames);
+  m.def("this_host", &ringcoll::thisHost,
+        "This process's host identity as the backend derives it without RINGCOLL_HOST "
+        "(hostname and boot id): ranks with the same one share memory.");
   m.def("block_range", [](size_t n, int k, int i) {
     const auto r = ringcoll::algo::blockRange(n, k, i);
     return std::make_pair(r.begin, r.end);

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import torch.distributed as dist
 
 from . import _C
@@ -11,6 +14,57 @@ from .options import Options
 # store torch hands us is already prefixed per process group, so several ringcoll
 # groups (new_group) never share keys.
 _P2P_PREFIX = "ringcoll/p2p"
+# Store keys of RINGCOLL_ALGO=auto's resolution (same per-group prefixing).
+_AUTO_HOST = "ringcoll/auto/host/"
+_AUTO_VALUE = "ringcoll/auto/value"
+
+
+def _knob(overrides, name, default=None):
+    return overrides.get(name, os.environ.get(name, default))
+
+
+def _resolve_auto(overrides, store, rank, size):
+    """RINGCOLL_ALGO with `auto` replaced by the cost model's choice (model/auto.py).
+
+    Rank 0 resolves it and shares the value through the store, so every rank runs
+    the same selection even if their calibration files or environments differ.
+    The transport it is resolved for: RINGCOLL_TRANSPORT if it names one, else shm
+    when every rank shares rank 0's host (the identity the backend uses:
+    RINGCOLL_HOST, else hostname and boot id) and gloo otherwise (the slowest link
+    class; a mixed topology is modelled as all gloo)."""
+    import dataclasses
+
+    from .model import auto, load
+
+    value = _knob(overrides, "RINGCOLL_ALGO", "ring")
+    if not auto.wants_auto(value):
+        return overrides
+    _C.knobs({**overrides, "RINGCOLL_ALGO": "ring"})  # the other knobs, before they are used
+    transport = _knob(overrides, "RINGCOLL_TRANSPORT", "auto")
+    if transport == "auto" and size > 1:
+        store.set(_AUTO_HOST + str(rank), _knob(overrides, "RINGCOLL_HOST") or _C.this_host())
+    if rank == 0:
+        if transport == "auto":
+            hosts = {store.get(_AUTO_HOST + str(r)).decode() for r in range(size)} if size > 1 else set()
+            transport = "shm" if len(hosts) <= 1 else "gloo"
+        try:
+            # Predicted with this group's segment size and fingerprint setting.
+            cal = load()
+            cal = dataclasses.replace(
+                cal, chunk_bytes=int(_knob(overrides, "RINGCOLL_CHUNK_BYTES", cal.chunk_bytes)),
+                fingerprint=_knob(overrides, "RINGCOLL_FINGERPRINT", "1") in ("1", "true"))
+            resolved = auto.resolve(value, size, transport, cal)
+        except ValueError as e:
+            resolved = "!" + str(e)  # every rank raises the same error
+        store.set(_AUTO_VALUE, resolved)
+    else:
+        resolved = store.get(_AUTO_VALUE).decode()
+    if resolved.startswith("!"):
+        raise ValueError(f"ringcoll: {resolved[1:]}")
+    if _knob(overrides, "RINGCOLL_DEBUG", "0") in ("1", "true"):
+        print(f"[ringcoll rank {rank}/{size}] RINGCOLL_ALGO={value} resolved to {resolved}",
+              file=sys.stderr, flush=True)
+    return {**overrides, "RINGCOLL_ALGO": resolved}
 
 
 def create_backend(dist_backend_opts, backend_options):
@@ -25,6 +79,7 @@ def create_backend(dist_backend_opts, backend_options):
     rank = dist_backend_opts.group_rank
     size = dist_backend_opts.group_size
     timeout = dist_backend_opts.timeout
+    overrides = _resolve_auto(overrides, store, rank, size)
     # Validate the knobs before any rank waits on the others to connect.
     _C.knobs(overrides)
     p2p = dist.ProcessGroupGloo(dist.PrefixStore(_P2P_PREFIX, store), rank, size, timeout)

@@ -46,8 +46,8 @@ std::string collectiveList() {
 // `in`: the part of the value it came from, for the message.
 const Algorithm& algorithmNamed(const std::string& name, const std::string& in) {
   RC_CHECK_ARG(name != "auto", "RINGCOLL_ALGO: 'auto' in '", in,
-               "' needs the cost model, not built yet; name an algorithm (known: ", known(),
-               ")");
+               "' is resolved by ringcoll's Python backend creator (ringcoll.model.auto) "
+               "into explicit choices; this parser needs those (known: ", known(), ")");
   for (const auto& n : algorithmNames()) {
     if (n == name) return findAlgorithm(name);
   }
@@ -74,7 +74,10 @@ size_t parseSize(const std::string& s, const std::string& in) {
 
 }  // namespace
 
-Selector::Selector(const std::string& value) : value_(trim(value)) {
+Selector::Selector(const std::string& value) {
+  const size_t hash = value.find('#');
+  value_ = trim(value.substr(0, hash));
+  if (hash != std::string::npos) note_ = trim(value.substr(hash + 1));
   RC_CHECK_ARG(!value_.empty(), "RINGCOLL_ALGO is empty (an algorithm name, e.g. ring, or "
                "per collective, e.g. 'allreduce=twoshot:0-64K,ring;broadcast=tree')");
   if (value_.find('=') == std::string::npos) {
@@ -138,6 +141,10 @@ void Selector::parseEntry(const std::string& entry) {
   }
 }
 
+std::string Selector::noted(const std::string& why) const {
+  return note_.empty() ? why : RC_STR(note_, "; ", why);
+}
+
 Choice Selector::pick(Collective c, size_t bytes) const {
   const auto& rules = rules_[static_cast<size_t>(c)];
   const std::string name = collectiveName(c);
@@ -151,11 +158,12 @@ Choice Selector::pick(Collective c, size_t bytes) const {
             e.what(), "; RINGCOLL_ALGO=", value_, " names it for every collective: name "
             "algorithms per collective instead, e.g. '", name, "=ring'"));
       }
-      return {r.algorithm, RC_STR("RINGCOLL_ALGO=", value_)};
+      return {r.algorithm, noted(RC_STR("RINGCOLL_ALGO=", value_))};
     }
-    return {r.algorithm, r.ranged ? RC_STR("RINGCOLL_ALGO ", name, " range ", r.text)
-                         : rules.size() > 1 ? RC_STR("RINGCOLL_ALGO ", name, ", beyond its ranges")
-                                            : RC_STR("RINGCOLL_ALGO ", name)};
+    return {r.algorithm,
+            noted(r.ranged ? RC_STR("RINGCOLL_ALGO ", name, " range ", r.text)
+                  : rules.size() > 1 ? RC_STR("RINGCOLL_ALGO ", name, ", beyond its ranges")
+                                     : RC_STR("RINGCOLL_ALGO ", name))};
   }
   return {&findAlgorithm("ring"),
           rules.empty() ? RC_STR("default: RINGCOLL_ALGO names no ", name)

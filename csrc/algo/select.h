@@ -5,7 +5,8 @@
 //   allreduce=twoshot:0-64K,rhd:64K-1M,ring;broadcast=tree
 //                          per collective, by the byte size of its buffer
 //
-//   value      := name | entry (';' entry)*
+//   value      := body ['#' note]
+//   body       := name | entry (';' entry)*
 //   entry      := collective '=' choice (',' choice)*
 //   choice     := name | name ':' size '-' size
 //   size       := digits, optionally followed by K, M or G (times 2^10, 2^20, 2^30)
@@ -23,8 +24,13 @@
 // refused here; one name for everything is applied to each collective as it is
 // called, and one it does not provide is refused then (pick), so that
 // RINGCOLL_ALGO=rhd runs rhd's all-reduce and refuses a broadcast instead of
-// silently running another algorithm. `auto` is refused until there is a cost model
-// to choose with.
+// silently running another algorithm.
+//
+// The note says where a generated value came from: RINGCOLL_DEBUG prints it as the
+// reason of every choice the value makes. `auto` never reaches this parser: the
+// Python creator of the backend replaces it with the cost model's choice, written
+// as an ordinary value with the note "auto: predicted fastest (model ...)"
+// (ringcoll/model/auto.py); here it is refused with a message saying so.
 #pragma once
 
 #include <cstddef>
@@ -60,8 +66,10 @@ class Selector {
     std::string text;  // "0-64K", for the reason
   };
   void parseEntry(const std::string& entry);
+  std::string noted(const std::string& why) const;  // the note, then why
 
-  std::string value_;
+  std::string value_;  // the body
+  std::string note_;   // after '#', trimmed; may be empty
   bool single_ = false;  // one name for everything
   std::vector<Rule> rules_[std::size(kCollectives)];
 };

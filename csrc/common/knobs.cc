@@ -17,9 +17,9 @@ const std::vector<std::string>& knownNames() {
       "RINGCOLL_ALGO", "RINGCOLL_TRANSPORT", "RINGCOLL_CHUNK_BYTES",
       "RINGCOLL_INLINE_BYTES", "RINGCOLL_HOST", "RINGCOLL_DEBUG",
       "RINGCOLL_FINGERPRINT",
-      // Read by the build (setup.py), not by the backend; listed so it is not
-      // reported as unknown.
-      "RINGCOLL_CUDA"};
+      // Read by the build (setup.py) and by Python (ringcoll.model), not by the
+      // backend; listed so they are not reported as unknown.
+      "RINGCOLL_CUDA", "RINGCOLL_MODEL"};
   return names;
 }
 
@@ -57,8 +57,8 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
     k.debug = parseBool(name, value);
   } else if (name == "RINGCOLL_FINGERPRINT") {
     k.fingerprint = parseBool(name, value);
-  } else if (name == "RINGCOLL_CUDA") {
-    // build-time only
+  } else if (name == "RINGCOLL_CUDA" || name == "RINGCOLL_MODEL") {
+    // build-time only / read by Python (ringcoll.model)
   } else {
     std::string known;
     for (const auto& n : knownNames()) known += (known.empty() ? "" : ", ") + n;

@@ -7,8 +7,10 @@
 //                                                name for every collective, or per
 //                                                collective and byte-size range, e.g.
 //                                                allreduce=twoshot:0-64K,rhd:64K-1M,ring;
-//                                                broadcast=tree (grammar: algo/select.h;
-//                                                auto: refused, no cost model yet)
+//                                                broadcast=tree (grammar: algo/select.h),
+//                                                or auto: the cost model's choice for
+//                                                this p and transport, resolved by the
+//                                                Python creator (ringcoll/model/auto.py)
 //   transport    RINGCOLL_TRANSPORT     auto     CPU tensors: auto (shared memory within
 //                                                a host, gloo between hosts) | shm | gloo
 //   chunkBytes   RINGCOLL_CHUNK_BYTES   1048576  largest single message (a segment, in
@@ -29,6 +31,10 @@
 //                                                ranks disagreeing about it
 //                                                (algo/fingerprint.h); 0: skip it, to
 //                                                measure what it costs
+//   (Python)     RINGCOLL_MODEL         (none)   the cost model calibration (JSON, from
+//                                                python -m ringcoll.model --calibrate)
+//                                                that auto and ringcoll.model use; unset:
+//                                                the constants in ringcoll/model
 //
 // An unknown RINGCOLL_* variable or a bad value is an error naming the variable,
 // the value and what is accepted: a typo must never be silently ignored. (The

@@ -132,12 +132,12 @@ def _world(args, meta):
     return runner.sweep(args, args.device, meta), gbps
 
 
-def _spawned(rank, p, store_path, args, env, q):
+def _spawned(rank, p, store_path, args, env, q, world=None):
     os.environ.update(env)
     try:
         import torch.distributed as dist
 
-        rows, gbps = _world(args, _init_world(rank, p, store_path, args.device))
+        rows, gbps = (world or _world)(args, _init_world(rank, p, store_path, args.device))
         dist.destroy_process_group()
         q.put((rank, "ok", (rows, gbps) if rank == 0 else None))
     except BaseException:  # noqa: BLE001
@@ -146,8 +146,10 @@ def _spawned(rank, p, store_path, args, env, q):
         q.put((rank, "error", traceback.format_exc()))
 
 
-def _spawn_world(p, args, backends, env):
-    """(rows, memcpy GB/s) of a world of p spawned processes running `backends`."""
+def _spawn_world(p, args, backends, env, world=None):
+    """(rows, memcpy GB/s) of a world of p spawned processes running `backends`;
+    `world(args, meta_group)` (a module-level function, default _world) is what
+    each rank runs, returning (rows, gbps) with rank 0's kept."""
     import copy
     import multiprocessing as mp
 
@@ -156,7 +158,8 @@ def _spawn_world(p, args, backends, env):
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     with tempfile.TemporaryDirectory(prefix="ringcoll-bench-") as tmp:
-        procs = [ctx.Process(target=_spawned, args=(r, p, os.path.join(tmp, "store"), a, env, q))
+        procs = [ctx.Process(target=_spawned,
+                             args=(r, p, os.path.join(tmp, "store"), a, env, q, world))
                  for r in range(p)]
         for pr in procs:
             pr.start()

@@ -1,0 +1,268 @@
+"""The cost model: what a collective costs, derived from its schedules.
+
+    from ringcoll import model
+    cal = model.load()                                  # RINGCOLL_MODEL or defaults
+    model.predict("rhd", "all_reduce", p=4, nbytes=1 << 20, transport="shm", cal=cal)
+    model.terms(...)                                    # the same, as alpha/beta/gamma counts
+
+Nothing here is written per algorithm: every count comes from the schedules the
+extension builds (`_C.schedule`, every rank), so a new algorithm is modelled the
+moment it is registered.
+
+Assumptions (each a simplification that the measurements of `python -m
+ringcoll.model` judge):
+
+  * loads    In step s rank r handles the transfers its schedule lists there. The
+             executor cuts each into segments of at most RINGCOLL_CHUNK_BYTES; every
+             segment is a message, paid at both ends. Rank r's load in step s is
+               msgs   segments it sends plus segments it receives,
+               bytes  bytes it sends plus bytes it receives,
+               reduced  bytes it receives and reduces into place,
+             and costs  alpha * msgs + beta * bytes + gamma * reduced  seconds.
+             alpha and beta belong to the transport (shm, gloo), gamma to the dtype.
+  * steps    A step lasts as long as its slowest rank, and steps follow one another:
+             a call costs  overhead + sum over steps of the step's time. The
+             executor has no barrier between steps and pipelines segments across
+             them, but each step's segments wait for the previous step's, so on
+             this critical path the per-step maximum is the simple, slightly
+             pessimistic choice (forwarding, which saves a copy, is not credited).
+  * header   With RINGCOLL_FINGERPRINT on (the default) every call opens with one
+             64-byte header to and from each peer of the rank's schedule and each of
+             its ring neighbours: a step of its own, counted the same way.
+  * cores    Ranks share the host's cores. When p ranks outnumber the c cores, a
+             step cannot take less than the work of all its ranks spread over c
+             cores (sum over ranks of their cost / c), and every message pays
+             `wake` on top of alpha: a rank waiting for it has yielded its core and
+             must be scheduled again. Crowded ranks change every constant (waiting
+             turns from spinning into sleeping), so a calibration may carry a
+             second set per transport, "<transport>/crowded", fitted on worlds
+             with more ranks than cores and used for them.
+  * overhead A constant per call (issuing it, waking the worker, completing the
+             Work), paid once.
+
+A size is the collective's buffer as ringcoll.bench counts it (the all-reduce
+tensor, the whole reduce-scatter input, the whole all-gather output, the broadcast
+tensor), cut into elements of the dtype (float32 unless said otherwise).
+
+Calibration (`python -m ringcoll.model --calibrate`) fits overhead, alpha, beta and
+wake per transport by least squares over measured calls (relative error, the
+counts above as the design matrix), and times the CPU reducer for gamma per dtype.
+A calibration is a small JSON file (see Calibration); RINGCOLL_MODEL names the one
+`auto` and `python -m ringcoll.model` use. Without it they use DEFAULTS below.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from .. import _C
+
+# The bench's collective names -> the schedule's (ringcoll.check) and RINGCOLL_ALGO's.
+SCHEDULE_NAME = {"all_reduce": "allreduce", "reduce_scatter": "reduce_scatter",
+                 "all_gather": "allgather", "broadcast": "broadcast", "reduce": "reduce"}
+SELECT_NAME = {"all_reduce": "allreduce", "reduce_scatter": "reducescatter",
+               "all_gather": "allgather", "broadcast": "broadcast", "reduce": "reduce"}
+COLLECTIVES = tuple(SCHEDULE_NAME)
+TRANSPORTS = ("shm", "gloo")
+DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
+HEADER_BYTES = 64
+DEFAULT_CHUNK_BYTES = 1 << 20
+
+
+class CalibrationError(ValueError):
+    """A calibration file that cannot be used; the message names the file and why."""
+
+
+@dataclass
+class LinkCost:
+    """One transport's constants, in seconds (per call, per message end, per byte
+    end, per message when ranks outnumber cores)."""
+    overhead: float
+    alpha: float
+    beta: float
+    wake: float = 0.0
+
+
+@dataclass
+class Calibration:
+    transports: dict  # name -> LinkCost
+    gamma: dict       # dtype -> seconds per byte reduced
+    cores: int        # cores of the host the ranks share
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    fingerprint: bool = True
+    source: str = "defaults"  # where it came from, for logs and tables
+    meta: dict = field(default_factory=dict)
+
+    def link(self, transport: str, p: int = 1) -> LinkCost:
+        """The constants of `transport` for p ranks: those of "<transport>/crowded"
+        when the ranks outnumber the cores and the calibration has them."""
+        if p > self.cores and f"{transport}/crowded" in self.transports:
+            return self.transports[f"{transport}/crowded"]
+        if transport not in self.transports:
+            raise CalibrationError(f"{self.source}: no constants for transport {transport!r} "
+                                   f"(has: {', '.join(self.transports)})")
+        return self.transports[transport]
+
+    def to_json(self) -> dict:
+        return {"version": 1, "cores": self.cores, "chunk_bytes": self.chunk_bytes,
+                "fingerprint": self.fingerprint,
+                "transports": {k: asdict(v) for k, v in self.transports.items()},
+                "gamma": dict(self.gamma), "meta": self.meta}
+
+
+# Rounded from benchmarks/results/model-cpu.json (2-core AMD EPYC VM, shared and
+# noisy): what auto uses when RINGCOLL_MODEL names no calibration. Ratios between
+# transports and between per-call, per-message and per-byte terms matter for the
+# choice more than the absolute figures.
+DEFAULTS = Calibration(
+    transports={"shm": LinkCost(overhead=2.4e-5, alpha=0.0, beta=7e-11),
+                "shm/crowded": LinkCost(overhead=5e-5, alpha=3.2e-6, beta=1.2e-10),
+                "gloo": LinkCost(overhead=0.0, alpha=7.7e-5, beta=3.6e-10),
+                "gloo/crowded": LinkCost(overhead=1.3e-3, alpha=4.9e-5, beta=4e-10)},
+    gamma={"float32": 4.7e-11, "float64": 5e-11, "float16": 4.6e-11, "bfloat16": 4.4e-11},
+    cores=os.cpu_count() or 1, source="defaults")
+
+
+def from_json(d: dict, source: str) -> Calibration:
+    """A Calibration from parsed JSON; CalibrationError naming `source` if malformed."""
+    def bad(why):
+        return CalibrationError(f"calibration {source}: {why}")
+    if not isinstance(d, dict) or d.get("version") != 1:
+        raise bad("not a version-1 ringcoll cost model calibration (need {\"version\": 1, ...})")
+    try:
+        links = {}
+        for name, v in d["transports"].items():
+            links[name] = LinkCost(**{k: float(v[k]) for k in ("overhead", "alpha", "beta")},
+                                   wake=float(v.get("wake", 0.0)))
+        gamma = {k: float(v) for k, v in d["gamma"].items()}
+        cores = int(d["cores"])
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise bad(f"missing or malformed field ({type(e).__name__}: {e})") from None
+    for name, lc in links.items():
+        for k, v in asdict(lc).items():
+            if not (v >= 0 and np.isfinite(v)):
+                raise bad(f"transport {name} {k} = {v} is not a finite number >= 0")
+    if cores < 1 or not links or "float32" not in gamma:
+        raise bad("needs cores >= 1, at least one transport and gamma for float32")
+    return Calibration(links, gamma, cores, int(d.get("chunk_bytes", DEFAULT_CHUNK_BYTES)),
+                       bool(d.get("fingerprint", True)), source, dict(d.get("meta", {})))
+
+
+def load(path: str | None = None) -> Calibration:
+    """The calibration at `path`, else at $RINGCOLL_MODEL, else DEFAULTS."""
+    path = path or os.environ.get("RINGCOLL_MODEL") or None
+    if path is None:
+        return DEFAULTS
+    try:
+        with open(path) as f:
+            d = json.load(f)
+    except OSError as e:
+        raise CalibrationError(f"calibration {path}: cannot read it ({e})") from None
+    except json.JSONDecodeError as e:
+        raise CalibrationError(f"calibration {path}: not JSON ({e})") from None
+    return from_json(d, path)
+
+
+def save(cal: Calibration, path: str) -> None:
+    if os.path.dirname(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(cal.to_json(), f, indent=1)
+        f.write("\n")
+
+
+def providers(collective: str) -> list[str]:
+    """The registered algorithms that provide `collective` (bench name)."""
+    return [a for a in _C.algorithms() if SELECT_NAME[collective] in _C.provides(a)]
+
+
+def elements(collective: str, nbytes: int, p: int, elem: int) -> int:
+    """Elements of the buffer for `nbytes`, as ringcoll.bench rounds them."""
+    n = max(1, nbytes // elem)
+    if collective in ("reduce_scatter", "all_gather"):
+        n = max(p, n // p * p)
+    return n
+
+
+@functools.lru_cache(maxsize=1024)
+def schedules(algo: str, collective: str, p: int, n: int) -> tuple:
+    return tuple(_C.schedule(algo, SCHEDULE_NAME[collective], p, r, n) for r in range(p))
+
+
+def loads_of(scheds, n_elem_bytes: int, chunk_bytes: int, fingerprint: bool) -> np.ndarray:
+    """Per step and rank: (msgs, bytes, reduced) as the module docstring defines
+    them, from every rank's schedule (dicts as _C.schedule returns them), as an
+    array of shape (steps, p, 3); the header step first when `fingerprint`."""
+    p = len(scheds)
+    seg = max(1, chunk_bytes // n_elem_bytes) * n_elem_bytes
+    nsteps = max(len(s["steps"]) for s in scheds)
+    out = np.zeros((nsteps + (1 if fingerprint and p > 1 else 0), p, 3))
+    base = out.shape[0] - nsteps
+    for r, sched in enumerate(scheds):
+        peers = set()
+        for s, step in enumerate(sched["steps"]):
+            for kind, peer, b, e in step["transfers"]:
+                if b == e:
+                    continue  # the executor skips empty transfers on both sides
+                nb = (e - b) * n_elem_bytes
+                peers.add(peer)
+                out[base + s, r, 0] += -(-nb // seg)
+                out[base + s, r, 1] += nb
+                if kind == "recv_reduce":
+                    out[base + s, r, 2] += nb
+        if base:
+            peers |= {(r + 1) % p, (r - 1) % p}
+            peers.discard(r)
+            out[0, r] = (2 * len(peers), 2 * HEADER_BYTES * len(peers), 0)
+    return out
+
+
+def loads(algo, collective, p, nbytes, dtype="float32", chunk_bytes=DEFAULT_CHUNK_BYTES,
+          fingerprint=True) -> np.ndarray:
+    elem = DTYPE_BYTES[dtype]
+    n = elements(collective, nbytes, p, elem)
+    return loads_of(schedules(algo, collective, p, n), elem, chunk_bytes, fingerprint)
+
+
+def step_terms(load: np.ndarray, link: LinkCost, gamma: float, cores: int) -> np.ndarray:
+    """The critical path of one step's load (p, 3) as coefficients of (overhead,
+    alpha, beta, gamma, wake): the slowest rank's counts, or, when ranks outnumber
+    cores and their work spread over the cores takes longer, the sums / cores."""
+    p = load.shape[0]
+    wake = link.wake if p > cores else 0.0
+    cost = (link.alpha + wake) * load[:, 0] + link.beta * load[:, 1] + gamma * load[:, 2]
+    r = int(np.argmax(cost))
+    row = load[r]
+    if p > cores and cost.sum() / cores > cost[r]:
+        row = load.sum(axis=0) / cores
+    return np.array([0.0, row[0], row[1], row[2], row[0] if p > cores else 0.0])
+
+
+def terms(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float32"):
+    """The call's cost as counts: (1, alpha msgs, beta bytes, gamma bytes, wake msgs)
+    along its critical path under `cal`; predict() is their dot product with the
+    constants."""
+    link = cal.link(transport, p)
+    g = cal.gamma.get(dtype, cal.gamma["float32"])
+    ld = loads(algo, collective, p, nbytes, dtype, cal.chunk_bytes, cal.fingerprint)
+    t = np.array([1.0, 0, 0, 0, 0])
+    for step in ld:
+        t += step_terms(step, link, g, cal.cores)
+    return t
+
+
+def constants(transport, cal: Calibration, dtype="float32", p: int = 1) -> np.ndarray:
+    link = cal.link(transport, p)
+    return np.array([link.overhead, link.alpha, link.beta,
+                     cal.gamma.get(dtype, cal.gamma["float32"]), link.wake])
+
+
+def predict(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float32") -> float:
+    """Predicted seconds of one call (p = 1: nothing moves, the overhead only)."""
+    return float(terms(algo, collective, p, nbytes, transport, cal, dtype)
+                 @ constants(transport, cal, dtype, p))

@@ -1,0 +1,288 @@
+"""python -m ringcoll.model: the cost model's predictions beside measured times.
+
+    python -m ringcoll.model --calibrate                 # fit this machine, write JSON
+    python -m ringcoll.model --model benchmarks/results/model-cpu.json --nproc 2,3,4
+    python -m ringcoll.model --from bench-out/model.json # re-render saved measurements
+
+Without --calibrate: measures every registered algorithm (and RINGCOLL_ALGO=auto)
+for each collective, size, world size and transport (ringcoll.model.measure), and
+prints per (transport, p, collective) a table of measured time, predicted time and
+predicted/measured per algorithm and size, then what auto chose at each size and
+how the algorithm it chose measured against the best measured one; then the median
+prediction error (|predicted/measured - 1|). Writes the table (.txt), the
+measurements (.json) and a plot of both (.png) at --out.
+
+--calibrate: times gamma per dtype, measures p = 2 and 4 (4 ranks on this 2-core
+machine calibrate `wake`, the price of ranks outnumbering cores), fits overhead,
+alpha, beta, wake per transport (ringcoll.model.fit) and writes the calibration
+JSON (default benchmarks/results/model-cpu.json; use it with RINGCOLL_MODEL=path).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+from . import COLLECTIVES, TRANSPORTS, Calibration, load, predict, save
+from . import auto as auto_mod
+from . import fit, measure
+
+DEFAULT_OUT = "benchmarks/results/model-cpu.json"
+
+
+def _sizes(b, e, f):
+    from ..bench import records
+
+    sizes = records.sweep(b, e, f)
+    return sizes if sizes[-1] == e else sizes + [e]
+
+
+def parse_args(argv=None):
+    from ..bench.records import parse_size
+
+    ap = argparse.ArgumentParser(prog="python -m ringcoll.model", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--calibrate", action="store_true")
+    ap.add_argument("--model", default=None,
+                    help="calibration JSON (default: $RINGCOLL_MODEL, else the built-in "
+                         "constants); with --calibrate, where to write it (default "
+                         f"{DEFAULT_OUT})")
+    ap.add_argument("--nproc", default=None, help="world sizes (default 2,3,4; calibrate 2,4)")
+    ap.add_argument("--collectives", default="all_reduce,reduce_scatter,all_gather,broadcast")
+    ap.add_argument("--transports", default="shm,gloo")
+    ap.add_argument("-b", "--minbytes", type=parse_size, default=8)
+    ap.add_argument("-e", "--maxbytes", type=parse_size, default=64 << 20)
+    ap.add_argument("-f", "--stepfactor", type=float, default=8.0)
+    ap.add_argument("--budget", type=float, default=0.05,
+                    help="seconds of timed calls per point and algorithm (bench --budget)")
+    ap.add_argument("-R", "--runs", type=int, default=3)
+    ap.add_argument("--no-auto", action="store_true", help="do not measure RINGCOLL_ALGO=auto")
+    ap.add_argument("--from", dest="from_json", default=None,
+                    help="measurements saved by earlier runs (their .json, comma separated): "
+                         "report (or, with --calibrate, fit) them instead of measuring")
+    ap.add_argument("--out", default="bench-out/model",
+                    help="prefix of the .txt, .json and .png written (default bench-out/model)")
+    a = ap.parse_args(argv)
+    a.collectives = [c.strip() for c in a.collectives.split(",") if c.strip()]
+    a.transports = [t.strip() for t in a.transports.split(",") if t.strip()]
+    for t in a.transports:
+        if t not in TRANSPORTS:
+            ap.error(f"unknown transport {t!r} (known: {', '.join(TRANSPORTS)})")
+    a.nproc = [int(x) for x in (a.nproc or ("2,4" if a.calibrate else "2,3,4")).split(",")]
+    a.sizes = _sizes(a.minbytes, a.maxbytes, a.stepfactor)
+    return a
+
+
+def machine() -> str:
+    import torch
+
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
+                         "")
+    except OSError:
+        pass
+    return (f"{os.cpu_count()} cores ({model}), {platform.platform()}, torch {torch.__version__}, "
+            f"{time.strftime('%Y-%m-%d %H:%M')}")
+
+
+def calibrate(a) -> int:
+    out = a.model or DEFAULT_OUT
+    cores = os.cpu_count() or 1
+    gammas = {d: measure.gamma(d) for d in ("float32", "float64", "float16", "bfloat16")}
+    print("# gamma (s/byte reduced): " + ", ".join(f"{k} {v:.3e}" for k, v in gammas.items()))
+    if a.from_json:
+        rows = [r for r in _saved(a.from_json)[0] if r["p"] in a.nproc]
+    else:
+        rows = measure.run(a.nproc, a.collectives, a.sizes, a.transports, auto=False,
+                           budget=a.budget, runs=a.runs)
+    start = load(None)
+    cal = Calibration(dict(start.transports), gammas, cores, source=out)
+    for t in a.transports:
+        # ranks fewer than cores, then (if measured) more: fitted apart
+        cal.transports[t] = fit.fit_link(rows, t, cal, crowded=False)
+        print(f"# {t}: {cal.transports[t]}")
+        if any(r["p"] > cores for r in rows):
+            cal.transports[t + "/crowded"] = fit.fit_link(rows, t, cal, crowded=True)
+            print(f"# {t}/crowded: {cal.transports[t + '/crowded']}")
+    cal.meta = {"command": "python -m ringcoll.model " + " ".join(sys.argv[1:]),
+                "machine": machine(), "nproc": a.nproc, "measurements": a.from_json or "live", "collectives": a.collectives,
+                "sizes": a.sizes, "units": "seconds; alpha per message end, beta per byte "
+                "end, gamma per byte reduced, wake per message when p > cores",
+                "median_error": _median_error(rows, cal)}
+    save(cal, out)
+    if not a.from_json:  # the measurements, for --from
+        rows_out = a.out + "-calibration.json"
+        if os.path.dirname(rows_out):
+            os.makedirs(os.path.dirname(rows_out), exist_ok=True)
+        with open(rows_out, "w") as f:
+            json.dump({"header": f"# {cal.meta['command']}\n# machine: {cal.meta['machine']}",
+                       "rows": rows}, f)
+    print(f"# wrote {out}; median |predicted/measured - 1| on the calibration runs: "
+          f"{cal.meta['median_error']:.3f}")
+    return 0
+
+
+def _saved(paths: str):
+    """(rows, header) of the .json files of earlier runs, comma separated."""
+    rows, headers = [], []
+    for path in paths.split(","):
+        with open(path) as f:
+            saved = json.load(f)
+        rows += saved["rows"]
+        if saved["header"] not in headers:
+            headers.append(saved["header"])
+    return rows, "\n".join(headers)
+
+
+def _median_error(rows, cal) -> float:
+    errs = [abs(predict(r["algo"], r["collective"], r["p"], r["size"], r["transport"], cal)
+                / r["time_s"] - 1) for r in rows if r["algo"] != "auto"]
+    return statistics.median(errs) if errs else float("nan")
+
+
+def report(rows, cal: Calibration, header: str) -> tuple[str, dict]:
+    """The tables (text) and a summary dict."""
+    from . import providers
+
+    out = [header, f"# model: {cal.source}", "# cells: measured us / predicted us / "
+           "predicted/measured", ""]
+    by = {}
+    for r in rows:
+        by.setdefault((r["transport"], r["p"], r["collective"]), {}).setdefault(
+            r["size"], {})[r["algo"]] = r["time_s"]
+    errs, per, autos = [], {}, []
+    for (t, p, coll), sizes in sorted(by.items()):
+        algos = providers(coll)
+        out.append(f"# transport {t}, p={p}, {coll}")
+        out.append(f"#{'size':>10} " + " ".join(f"{a:>24}" for a in algos))
+        for size in sorted(sizes):
+            cells = []
+            for a in algos:
+                m = sizes[size].get(a)
+                if m is None:
+                    cells.append(f"{'-':>24}")
+                    continue
+                pr = predict(a, coll, p, size, t, cal)
+                e = abs(pr / m - 1)
+                errs.append(e)
+                per.setdefault(f"{t} p={p}", []).append(e)
+                cells.append(f"{m * 1e6:9.1f} {pr * 1e6:9.1f} {pr / m:4.2f}")
+            out.append(f" {size:10d} " + " ".join(cells))
+        out.append("")
+    summary = {"median_error": statistics.median(errs) if errs else None,
+               "median_error_by": {k: statistics.median(v) for k, v in sorted(per.items())},
+               "points": len(errs)}
+    out.append(f"# median |predicted/measured - 1|: {summary['median_error']:.3f} over "
+               f"{len(errs)} points; " + ", ".join(f"{k}: {v:.3f}" for k, v in
+                                                   summary["median_error_by"].items()))
+    out.append("")
+    out.append("# auto: the algorithm the model picks at each size (RINGCOLL_ALGO=auto), its "
+               "measured time over the best measured algorithm's (chose/best), and the "
+               "auto group's own measured time over the best (auto/best)")
+    out.append(f"#{'transport':>9} {'p':>2} {'collective':>14} {'size':>10} {'chose':>8} "
+               f"{'best':>8} {'best us':>9} {'chose/best':>10} {'auto/best':>9}")
+    for (t, p, coll), sizes in sorted(by.items()):
+        value = auto_mod.resolve("auto", p, t, cal)
+        for size in sorted(sizes):
+            meas = {a: v for a, v in sizes[size].items() if a != "auto"}
+            if not meas:
+                continue
+            chose = auto_mod.select(value, coll, size)
+            best = min(meas, key=meas.get)
+            cb = meas[chose] / meas[best] if chose in meas else float("nan")
+            ab = sizes[size]["auto"] / meas[best] if "auto" in sizes[size] else float("nan")
+            autos.append(cb)
+            out.append(f" {t:>9} {p:2d} {coll:>14} {size:10d} {chose:>8} {best:>8} "
+                       f"{meas[best] * 1e6:9.1f} {cb:10.2f} {ab:9.2f}")
+    within = sum(1 for x in autos if x <= 1.15)
+    summary["auto_within_15pct"] = f"{within}/{len(autos)}"
+    summary["auto_worst"] = max(autos) if autos else None
+    out.append(f"# auto's choice within 15% of the best measured: {within}/{len(autos)} sizes; "
+               f"worst chose/best {summary['auto_worst']:.2f}")
+    return "\n".join(out) + "\n", summary
+
+
+def plot(rows, cal, path, title):
+    import matplotlib
+
+    from .. import algorithms
+
+    colours = algorithms()  # one colour per algorithm in every panel
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from . import providers
+
+    keys = sorted({(r["transport"], r["p"]) for r in rows})
+    colls = [c for c in COLLECTIVES if any(r["collective"] == c for r in rows)]
+    fig, axes = plt.subplots(len(keys), len(colls), figsize=(4.2 * len(colls), 3.2 * len(keys)),
+                             squeeze=False)
+    for i, (t, p) in enumerate(keys):
+        for j, coll in enumerate(colls):
+            ax = axes[i][j]
+            for a in providers(coll):
+                k = colours.index(a)
+                pts = sorted((r["size"], r["time_s"]) for r in rows if (r["transport"], r["p"],
+                             r["collective"], r["algo"]) == (t, p, coll, a))
+                if not pts:
+                    continue
+                xs = [x for x, _ in pts]
+                ax.loglog(xs, [y * 1e6 for _, y in pts], "o", color=f"C{k}", ms=4,
+                          label=f"{a} measured")
+                ax.loglog(xs, [predict(a, coll, p, x, t, cal) * 1e6 for x in xs], "-",
+                          color=f"C{k}", lw=1, label=f"{a} predicted")
+            ax.set_title(f"{coll}, {t}, p={p}", fontsize=9)
+            ax.set_xlabel("bytes", fontsize=8)
+            ax.set_ylabel("us per call", fontsize=8)
+            ax.tick_params(labelsize=7)
+            ax.grid(True, which="major", alpha=0.3)
+            if i == 0 and j == 0:
+                ax.legend(fontsize=6)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def compare(a) -> int:
+    cal = load(a.model)
+    if a.from_json:
+        rows, header = _saved(a.from_json)
+        header = (f"# python -m ringcoll.model {' '.join(sys.argv[1:])}\n# measured by:\n"
+                  + header)
+    else:
+        rows = measure.run(a.nproc, a.collectives, a.sizes, a.transports, auto=not a.no_auto,
+                           budget=a.budget, runs=a.runs, model_path=a.model)
+        header = (f"# python -m ringcoll.model {' '.join(sys.argv[1:])}\n# machine: {machine()}\n"
+                  f"# method: ringcoll.bench's runner, budget {a.budget} s, {a.runs} runs per "
+                  "point; per run the slowest rank's median per-call time; the median of runs")
+    text, summary = report(rows, cal, header)
+    print(text)
+    if os.path.dirname(a.out):
+        os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out + ".txt", "w") as f:
+        f.write(text)
+    if not a.from_json:
+        with open(a.out + ".json", "w") as f:
+            json.dump({"header": header, "model": cal.to_json(), "summary": summary,
+                       "rows": rows}, f, indent=0)
+    plot(rows, cal, a.out + ".png", f"ringcoll cost model ({cal.source}) vs measured")
+    print(f"# wrote {a.out}.txt, {a.out}.png" + ("" if a.from_json else f", {a.out}.json"))
+    return 0
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    return calibrate(a) if a.calibrate else compare(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Fitting a transport's constants to measured calls.
+
+The model is linear in (overhead, alpha, beta, gamma, wake) once each step's
+critical rank is fixed, but which rank is critical depends on the constants. So:
+start from the current constants, take every measured call's terms (model.terms),
+solve for overhead, alpha, beta and wake by least squares on the relative error
+(each row divided by the measured time, since sizes span five orders of magnitude
+and the target is a relative error; reweighted towards the least absolute error,
+which outliers pull less), with gamma held at its separately measured
+value and every constant kept >= 0 (the best of the least-squares solutions over
+the subsets of constants left free whose solution is all >= 0), and repeat with
+the new constants until the critical ranks stop changing (a few rounds).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import numpy as np
+
+from . import Calibration, LinkCost, terms
+
+FREE = (0, 1, 2, 4)  # overhead, alpha, beta, wake; gamma (3) is measured apart
+
+
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """argmin |a x - b| with x >= 0, for a few columns (every subset tried)."""
+    best, best_res = np.zeros(a.shape[1]), float(np.sum(b * b))
+    for k in range(1, a.shape[1] + 1):
+        for cols in itertools.combinations(range(a.shape[1]), k):
+            x, *_ = np.linalg.lstsq(a[:, cols], b, rcond=None)
+            if np.any(x < 0):
+                continue
+            full = np.zeros(a.shape[1])
+            full[list(cols)] = x
+            res = float(np.sum((a @ full - b) ** 2))
+            if res < best_res:
+                best, best_res = full, res
+    return best
+
+
+def fit_link(rows, transport: str, cal: Calibration, rounds: int = 6,
+             crowded: bool | None = None) -> LinkCost:
+    """The constants of `transport` that best predict `rows` (measurements of it:
+    dicts with algo, collective, p, size, time_s). crowded=False / True: fit only
+    the rows with p <= cores / p > cores (the "<transport>/crowded" set)."""
+    rows = [r for r in rows if r["transport"] == transport and r["algo"] != "auto"
+            and (crowded is None or (r["p"] > cal.cores) == crowded)]
+    if not rows:
+        raise ValueError(f"no measurements of transport {transport} to fit")
+    y = np.array([r["time_s"] for r in rows])
+    for _ in range(rounds):
+        x = np.array([terms(r["algo"], r["collective"], r["p"], r["size"], transport, cal)
+                      for r in rows])
+        g = cal.gamma["float32"]
+        a = x[:, FREE] / y[:, None]
+        b = (y - g * x[:, 3]) / y
+        # Least absolute relative error (iteratively reweighted least squares):
+        # the target is a median error, and this machine's outliers (a rank
+        # preempted for a whole run) must not pull every prediction.
+        w = np.ones(len(y))
+        for _ in range(8):
+            c = nnls(a * w[:, None], b * w)
+            w = 1 / np.sqrt(np.maximum(np.abs(a @ c - b), 0.02))
+        link = LinkCost(*(float(v) for v in c))
+        key = f"{transport}/crowded" if crowded else transport
+        cal = dataclasses.replace(cal, transports={**cal.transports, key: link})
+    return link

@@ -1,0 +1,125 @@
+"""Measurements for the cost model, taken with ringcoll.bench's method and runner.
+
+One spawned world per world size (ringcoll.bench._spawn_world). In it, one
+ringcoll group per (algorithm, transport), plus one RINGCOLL_ALGO=auto group per
+transport when asked; per collective, size and transport, every algorithm that
+provides the collective (and auto) is timed side by side by
+ringcoll.bench.runner.measure: per-call synchronous timing, the slowest rank's
+median per run, the median over runs. A row: collective, p, transport, algo, size
+(bytes, as the bench counts them), time_s, runs_s.
+
+gamma (seconds per byte reduced) is timed in this process: the CPU reducer's
+in-place sum of two buffers of `nbytes`, one thread, median of several calls.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from types import SimpleNamespace
+
+from . import COLLECTIVES, elements, providers
+
+
+def gamma(dtype: str, nbytes: int = 16 << 20, repeats: int = 7) -> float:
+    import torch
+
+    from .. import _C
+
+    t = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+         "bfloat16": torch.bfloat16}[dtype]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        n = nbytes // torch.tensor([], dtype=t).element_size()
+        a, b = torch.ones(n, dtype=t), torch.ones(n, dtype=t)
+        _C.cpu_reduce(a, b, "sum", out=a)
+        times = []
+        for _ in range(repeats):
+            b.fill_(0)  # sums of zeros stay finite whatever the dtype
+            t0 = time.perf_counter()
+            _C.cpu_reduce(a, b, "sum", out=a)
+            times.append(time.perf_counter() - t0)
+        return statistics.median(times) / nbytes
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _broadcast(rank, p, count, dtype, op, device, inplace, group):
+    """A bench Case for broadcast from rank 0 (ringcoll.bench has no broadcast record)."""
+    import torch
+    import torch.distributed as dist
+
+    from ..bench import records
+
+    if not inplace:
+        return None
+    src = records.element_input(0, p, count, "sum").to(dtype)
+    x = torch.zeros(count, dtype=dtype) if rank else src.clone()
+
+    def reset():
+        x.copy_(src if rank == 0 else torch.zeros_like(src))
+
+    return records.Case(lambda: dist.broadcast(x, src=0, group=group, async_op=True), x,
+                        src, reset)
+
+
+def _build(collective):
+    from ..bench import records
+
+    if collective == "broadcast":
+        return _broadcast
+    return records.RECORDS[collective].build
+
+
+def world(args, meta):
+    """Every rank of one spawned world (bench._spawn_world's `world`)."""
+    import torch
+    import torch.distributed as dist
+
+    import ringcoll
+    from ..bench import runner
+
+    p, rank = dist.get_world_size(), dist.get_rank()
+    groups = {}
+    for t in args.transports:
+        for a in (list(ringcoll.algorithms()) + (["auto"] if args.auto else [])):
+            groups[(a, t)] = dist.new_group(backend="ringcoll",
+                                            pg_options=ringcoll.Options(algo=a, transport=t))
+    rows = []
+    for coll in args.collectives:
+        algos = providers(coll) + (["auto"] if args.auto else [])
+        for size in args.sizes:
+            count = elements(coll, size, p, 4)
+            for t in args.transports:
+                cases = {a: _build(coll)(rank, p, count, torch.float32, "sum", "cpu", True,
+                                         groups[(a, t)]) for a in algos}
+                for a, (runs_s, calls) in runner.measure(cases, args, "cpu", meta).items():
+                    rows.append({"collective": coll, "p": p, "transport": t, "algo": a,
+                                 "size": count * 4, "time_s": statistics.median(runs_s),
+                                 "runs_s": runs_s, "calls": calls})
+            if rank == 0 and args.verbose:
+                print(f"[model p={p}] {coll} {size} B done", flush=True)
+    return rows, float("nan")
+
+
+def run(nprocs, collectives, sizes, transports, auto=False, budget=0.1, runs=3, iters=3,
+        warmup=3, max_calls=2000, model_path=None, verbose=True) -> list[dict]:
+    """Rows for every world size in `nprocs` (see the module docstring)."""
+    from .. import bench
+
+    for c in collectives:
+        if c not in COLLECTIVES:
+            raise ValueError(f"unknown collective {c!r} (known: {', '.join(COLLECTIVES)})")
+    args = SimpleNamespace(device="cpu", collectives=list(collectives), sizes=list(sizes),
+                           transports=list(transports), auto=auto, budget=budget, runs=runs,
+                           iters=iters, warmup=warmup, max_calls=max_calls, verbose=verbose)
+    env = {}  # spawned ranks inherit this environment and sys.path
+    if model_path:
+        env["RINGCOLL_MODEL"] = os.path.abspath(model_path)
+    rows = []
+    for p in nprocs:
+        got, _ = bench._spawn_world(p, args, [], env, world=world)
+        rows += got
+    return rows

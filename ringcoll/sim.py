@@ -1,0 +1,225 @@
+"""The simulator: any registered schedule on a topology of hosts, with no processes.
+
+    python -m ringcoll.sim                     # the README table (8, 64, 1024 ranks)
+    python -m ringcoll.sim --algo rhd --collective all_reduce --hosts 16 --per-host 8 \
+        --size 64M
+
+    from ringcoll import sim
+    topo = sim.Topology(hosts=8, per_host=8, intra=sim.Link(1.5e-6, 8e-11),
+                        inter=sim.Link(2e-5, 1e-10), gamma=1e-10)
+    sim.simulate("ring", "all_reduce", topo, nbytes=64 << 20)   # -> Result
+
+A topology is `hosts` hosts of `per_host` ranks each (rank r on host r // per_host,
+so the ring, which runs host by host, crosses each host boundary once) and two
+link classes: between ranks of one host (intra) and between hosts (inter), each
+with alpha (seconds per message end) and beta (seconds per byte end); gamma is
+seconds per byte reduced; `cores` per host (None: one per rank) and `wake` model
+ranks outnumbering cores as ringcoll.model does.
+
+The simulation walks every rank's schedule (_C.schedule) step by step. A rank's
+time in a step is the sum over its transfers, cut into segments of at most
+`chunk_bytes` as the executor cuts them, of alpha + bytes * beta of the link to
+that peer, plus gamma per byte it reduces. A step lasts as long as its slowest
+rank (or, on a host whose ranks outnumber its cores, their total work over the
+cores), steps follow one another, and the call pays `overhead` once: the
+assumptions of ringcoll.model, so that on one host with the model's constants the
+two agree (tests/test_model.py), while here each transfer pays its own link.
+
+Before predicting, the schedule is proved by ringcoll.check's generic checker.
+The checker walks every element symbolically and costs about p * n * steps, so
+for large buffers it checks 3p + 1 elements instead (uneven blocks, every block
+non-empty), and for large worlds a smaller world (the largest world size <=
+CHECK_MAX_P with the same shape: a power of two for a power of two, else a
+non-power of two of the same parity), and says so in Result.checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import check as checker
+from .model import DTYPE_BYTES, HEADER_BYTES, elements, schedules
+
+CHECK_MAX_P = 64
+CHECK_MAX_N = 4096
+
+
+@dataclass(frozen=True)
+class Link:
+    alpha: float  # seconds per message end
+    beta: float   # seconds per byte end
+
+
+@dataclass(frozen=True)
+class Topology:
+    hosts: int
+    per_host: int
+    intra: Link
+    inter: Link
+    gamma: float = 0.0
+    overhead: float = 0.0
+    cores: int | None = None  # per host; None: one per rank
+    wake: float = 0.0         # per message end when a host's ranks outnumber its cores
+    chunk_bytes: int = 1 << 20
+    fingerprint: bool = True
+
+    @property
+    def p(self) -> int:
+        return self.hosts * self.per_host
+
+    def host(self, r: int) -> int:
+        return r // self.per_host
+
+
+@dataclass
+class Result:
+    seconds: float
+    steps: int
+    counts: np.ndarray  # along the critical path: (1, msgs, bytes, reduced, wake msgs)
+    checked: str        # what the checker proved
+
+
+def _check(algo, collective, p, n) -> str:
+    """Runs the checker on (p, n), or on a sample; returns what it proved."""
+    if p <= CHECK_MAX_P and n <= CHECK_MAX_N:
+        checker.check(algo, checker_name(collective), p, n)
+        return f"p={p} n={n}"
+    if p <= CHECK_MAX_P:
+        m = 3 * p + 1
+        checker.check(algo, checker_name(collective), p, m)
+        return f"p={p} n={m} (sampled: the symbolic checker is too slow at n={n})"
+    q = CHECK_MAX_P
+    pow2 = p & (p - 1) == 0
+    while q > 2 and ((q & (q - 1) == 0) != pow2 or q % 2 != p % 2):
+        q -= 1
+    m = min(n, 3 * q + 1)
+    checker.check(algo, checker_name(collective), q, m)
+    return f"p={q} n={m} (sampled: the symbolic checker is too slow at p={p})"
+
+
+def checker_name(collective: str) -> str:
+    return {"all_reduce": "allreduce", "all_gather": "allgather"}.get(collective, collective)
+
+
+def simulate(algo, collective, topo: Topology, nbytes: int, dtype="float32",
+             verify=True) -> Result:
+    """Checks the schedule (unless verify=False) and predicts one call's time."""
+    p = topo.p
+    n = elements(collective, nbytes, p, DTYPE_BYTES[dtype])
+    scheds = schedules(algo, collective, p, n)
+    checked = _check(algo, collective, p, n) if verify else "not checked"
+    return simulate_schedules(scheds, collective, topo, n, dtype, verify=False, checked=checked)
+
+
+def simulate_schedules(scheds, collective, topo: Topology, n: int, dtype="float32",
+                       verify=True, checked="not checked") -> Result:
+    """simulate() for schedules given as data (one dict per rank, as _C.schedule
+    returns them) over n elements: a ScheduleError if the checker refuses them."""
+    p, elem = topo.p, DTYPE_BYTES[dtype]
+    if len(scheds) != p:
+        raise ValueError(f"{len(scheds)} schedules for a topology of {p} ranks")
+    if verify:
+        checker.check_schedules(scheds, checker_name(collective), p, n, 0,
+                                f"{scheds[0]['name'] if scheds else '?'} p={p} n={n}")
+        checked = f"p={p} n={n}"
+    seg = max(1, topo.chunk_bytes // elem) * elem
+    nsteps = max(len(s["steps"]) for s in scheds)
+    header = topo.fingerprint and p > 1
+    cores = topo.cores or topo.per_host
+    crowded = topo.per_host > cores
+    # per (step, rank): time, and counts (msgs, bytes, reduced)
+    cost = np.zeros((nsteps + header, p))
+    counts = np.zeros((nsteps + header, p, 3))
+
+    def pay(s, r, peer, nb, reduce):
+        link = topo.intra if topo.host(r) == topo.host(peer) else topo.inter
+        msgs = -(-nb // seg)
+        cost[s, r] += msgs * (link.alpha + (topo.wake if crowded else 0.0)) + nb * link.beta
+        counts[s, r] += (msgs, nb, nb if reduce else 0)
+        if reduce:
+            cost[s, r] += nb * topo.gamma
+
+    for r, sched in enumerate(scheds):
+        peers = set()
+        for s, step in enumerate(sched["steps"]):
+            for kind, peer, b, e in step["transfers"]:
+                if b < e:
+                    peers.add(peer)
+                    pay(s + header, r, peer, (e - b) * elem, kind == "recv_reduce")
+        if header:
+            for peer in (peers | {(r + 1) % p, (r - 1) % p}) - {r}:
+                pay(0, r, peer, HEADER_BYTES, False)  # the header out
+                pay(0, r, peer, HEADER_BYTES, False)  # and the peer's in
+    total, crit = topo.overhead, np.array([1.0, 0, 0, 0, 0])
+    for s in range(cost.shape[0]):
+        r = int(np.argmax(cost[s]))
+        t, row = cost[s, r], counts[s, r]
+        if crowded:
+            for h in range(topo.hosts):
+                lo, hi = h * topo.per_host, (h + 1) * topo.per_host
+                if cost[s, lo:hi].sum() / cores > t:
+                    t, row = cost[s, lo:hi].sum() / cores, counts[s, lo:hi].sum(axis=0) / cores
+        total += t
+        crit += (0, row[0], row[1], row[2], row[0] if crowded else 0)
+    return Result(total, nsteps, crit, checked)
+
+
+# The README table: two link classes, 8 ranks per host.
+INTRA = Link(alpha=1.5e-6, beta=8e-11)   # shared memory: ~1.5 us per message end, ~12 GB/s
+INTER = Link(alpha=2.5e-5, beta=1e-10)   # a 10 GB/s (80 Gb/s) network, 25 us per message end
+GAMMA = 1e-10                            # reducing float32: ~10 GB/s
+
+
+def table(algos, ranks=(8, 64, 1024), sizes=(1 << 10, 1 << 20, 64 << 20), per_host=8) -> str:
+    out = [f"| ranks (hosts x {per_host}) | size | " + " | ".join(algos) + " |",
+           "|---|---|" + "---|" * len(algos)]
+    for p in ranks:
+        topo = Topology(hosts=max(1, p // per_host), per_host=min(p, per_host), intra=INTRA,
+                        inter=INTER, gamma=GAMMA)
+        for nb in sizes:
+            t = {a: simulate(a, "all_reduce", topo, nb).seconds for a in algos}
+            best = min(t.values())
+            cells = [(f"**{v * 1e6:,.0f}**" if v == best else f"{v * 1e6:,.0f}") for v in t.values()]
+            out.append(f"| {p} ({topo.hosts} x {topo.per_host}) | {_size(nb)} | "
+                       + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def _size(b):
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if b >= 1 << shift:
+            return f"{b >> shift} {unit}"
+    return f"{b} B"
+
+
+def main(argv=None) -> int:
+    from .bench.records import parse_size
+    from .model import providers
+
+    ap = argparse.ArgumentParser(prog="python -m ringcoll.sim", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--algo", default=None, help="one algorithm (default: the README table)")
+    ap.add_argument("--collective", default="all_reduce")
+    ap.add_argument("--hosts", type=int, default=1)
+    ap.add_argument("--per-host", type=int, default=8)
+    ap.add_argument("--size", type=parse_size, default=1 << 20)
+    a = ap.parse_args(argv)
+    if a.algo is None:
+        print(f"# predicted all-reduce time (us), float32; intra-host alpha {INTRA.alpha:g} s "
+              f"beta {INTRA.beta:g} s/B, inter-host alpha {INTER.alpha:g} s beta "
+              f"{INTER.beta:g} s/B, gamma {GAMMA:g} s/B; bold: fastest")
+        print(table(providers("all_reduce")))
+        return 0
+    topo = Topology(a.hosts, a.per_host, INTRA, INTER, gamma=GAMMA)
+    r = simulate(a.algo, a.collective, topo, a.size)
+    print(f"{a.algo} {a.collective} {a.size} B on {a.hosts} x {a.per_host}: "
+          f"{r.seconds * 1e6:.1f} us, {r.steps} steps; checked {r.checked}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""The cost model (ringcoll.model), RINGCOLL_ALGO=auto's resolution and the
+simulator (ringcoll.sim), with no timing assertions (performance figures live in
+benchmarks/results/model-*.txt).
+
+- the model's cost terms equal the counts the simulator takes transfer by
+  transfer, and its prediction equals the simulator's on one host, for every
+  algorithm x collective, several p and sizes, with ranks fewer and more than cores;
+- hand-checkable counts for the ring, so both are not wrong the same way;
+- auto resolves deterministically into a value the backend's parser accepts,
+  choosing the predicted fastest at every grid size; bad calibrations and mixed
+  auto entries are clear errors; a real 2-rank group with RINGCOLL_ALGO=auto runs
+  and logs why;
+- the simulator refuses a broken schedule (the checker's mutation), and runs 1024
+  ranks on two link classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ringcoll
+from ringcoll import _C, check, model, sim
+from ringcoll.model import auto, fit
+from tests import mp
+
+ALGOS = ringcoll.algorithms()
+CASES = [(a, c) for c in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
+         for a in model.providers(c)]
+CAL = dataclasses.replace(model.DEFAULTS, cores=2, chunk_bytes=4096)
+
+
+def _one_host(p, cal, transport="shm"):
+    link = cal.link(transport, p)
+    return sim.Topology(hosts=1, per_host=p, intra=sim.Link(link.alpha, link.beta),
+                        inter=sim.Link(1.0, 1.0), gamma=cal.gamma["float32"],
+                        overhead=link.overhead, cores=cal.cores, wake=link.wake,
+                        chunk_bytes=cal.chunk_bytes, fingerprint=cal.fingerprint)
+
+
+@pytest.mark.parametrize("algo, collective", CASES)
+def test_model_terms_match_simulator_counts(algo, collective):
+    for p in (1, 2, 3, 4, 5, 8):
+        for nbytes in (8, 1000, 3 * 4096 + 12, 1 << 20):
+            for transport in ("shm", "gloo"):
+                t = model.terms(algo, collective, p, nbytes, transport, CAL)
+                pred = model.predict(algo, collective, p, nbytes, transport, CAL)
+                r = sim.simulate(algo, collective, _one_host(p, CAL, transport), nbytes,
+                                 verify=False)
+                where = f"{algo} {collective} p={p} {nbytes} B {transport}"
+                assert r.counts.tolist() == pytest.approx(t.tolist(), rel=1e-12), where
+                assert r.seconds == pytest.approx(pred, rel=1e-12), where
+
+
+def test_ring_counts_by_hand():
+    # p = 4, 4 MiB float32, 1 MiB segments, no header: 6 steps, each rank sends and
+    # receives one 1 MiB chunk per step (one segment each way); 3 of the steps reduce.
+    cal = dataclasses.replace(CAL, cores=8, chunk_bytes=1 << 20, fingerprint=False)
+    t = model.terms("ring", "all_reduce", 4, 4 << 20, "shm", cal)
+    assert t.tolist() == [1, 6 * 2, 6 * 2 * (1 << 20), 3 * (1 << 20), 0]
+    # twice the segments with half the chunk size; the header step adds 2 messages
+    # per peer (ring neighbours: 2 peers) of 64 bytes each way
+    cal2 = dataclasses.replace(cal, chunk_bytes=1 << 19, fingerprint=True)
+    t2 = model.terms("ring", "all_reduce", 4, 4 << 20, "shm", cal2)
+    assert t2.tolist() == [1, 6 * 4 + 4, 6 * 2 * (1 << 20) + 4 * 64, 3 * (1 << 20), 0]
+
+
+def test_more_ranks_than_cores_spread_work_and_pay_wake():
+    cal = dataclasses.replace(CAL, cores=2, chunk_bytes=1 << 20, fingerprint=False)
+    t = model.terms("ring", "all_reduce", 4, 4 << 20, "shm", cal)
+    # every rank works in every step: 4 ranks' work over 2 cores
+    assert t.tolist() == [1, 6 * 4, 6 * 4 * (1 << 20), 3 * 2 * (1 << 20), 6 * 4]
+
+
+def test_fit_recovers_constants():
+    true = dataclasses.replace(CAL, transports={
+        "shm": model.LinkCost(overhead=7e-6, alpha=2e-6, beta=9e-11, wake=5e-6)})
+    rows = [{"algo": a, "collective": c, "p": p, "size": s, "transport": "shm",
+             "time_s": model.predict(a, c, p, s, "shm", true)}
+            for a, c in CASES[:6] for p in (2, 4) for s in (8, 4096, 1 << 20, 16 << 20)]
+    got = fit.fit_link(rows, "shm", CAL)
+    for k in ("overhead", "alpha", "beta", "wake"):
+        assert getattr(got, k) == pytest.approx(getattr(true.transports["shm"], k), rel=1e-6), k
+
+
+# auto
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 7, 16])
+@pytest.mark.parametrize("transport", ["shm", "gloo"])
+def test_auto_resolves_to_the_predicted_fastest(p, transport):
+    value = auto.resolve("auto", p, transport, model.DEFAULTS)
+    assert value == auto.resolve("auto", p, transport, model.DEFAULTS)  # deterministic
+    assert value.endswith(f"# auto: predicted fastest (model defaults, {transport}, p={p})")
+    _C.knobs({"RINGCOLL_ALGO": value})  # the backend's parser accepts it
+    for coll in auto.AUTO_COLLECTIVES:
+        algos = model.providers(coll)
+        for b in auto.GRID:
+            got, why = _C.select(value, model.SELECT_NAME[coll], b)
+            assert why.startswith("auto: predicted fastest (model defaults"), why
+            t = {a: model.predict(a, coll, p, b, transport, model.DEFAULTS) for a in algos}
+            assert t[got] == min(t.values()), (coll, b, got, t)
+
+
+def test_auto_per_collective_and_errors():
+    v = auto.resolve("allreduce=auto;broadcast=tree", 4, "shm", model.DEFAULTS)
+    assert v.startswith(auto.entry("all_reduce", 4, "shm", model.DEFAULTS) + ";broadcast=tree#")
+    assert _C.select(v, "broadcast", 8)[0] == "tree"
+    assert auto.resolve("rhd", 4, "shm", model.DEFAULTS) == "rhd"  # no auto: unchanged
+    with pytest.raises(ValueError, match="auto must be the only choice"):
+        auto.resolve("allreduce=rhd:0-1K,auto", 4, "shm", model.DEFAULTS)
+    with pytest.raises(ValueError, match="resolved by ringcoll's Python backend creator"):
+        _C.select("auto", "allreduce", 8)
+
+
+def _bad_calibrations(d):
+    good = model.DEFAULTS.to_json()
+    neg = json.loads(json.dumps(good))
+    neg["transports"]["shm"]["alpha"] = -1
+    files = {"missing": (os.path.join(d, "nope.json"), "cannot read it"),
+             "not json": ("{", "not JSON"), "wrong version": ({"version": 7}, "version-1"),
+             "negative": (neg, "shm alpha = -1"),
+             "no transports": ({"version": 1, "cores": 2}, "missing or malformed")}
+    out = {}
+    for name, (content, msg) in files.items():
+        path = content if name == "missing" else os.path.join(d, name.replace(" ", "_"))
+        if name != "missing":
+            with open(path, "w") as f:
+                f.write(content if isinstance(content, str) else json.dumps(content))
+        out[name] = (path, msg)
+    return out
+
+
+def test_bad_calibration_is_a_clear_error(monkeypatch):
+    from ringcoll import _backend
+
+    with tempfile.TemporaryDirectory() as d:
+        for name, (path, msg) in _bad_calibrations(d).items():
+            with pytest.raises(model.CalibrationError, match=msg):
+                model.load(path)
+            # at group creation: a ValueError naming the file, before any connection
+            monkeypatch.setenv("RINGCOLL_MODEL", path)
+            with pytest.raises(ValueError, match=f"calibration {path}"):
+                _backend._resolve_auto({"RINGCOLL_ALGO": "auto"}, dist.HashStore(), 0, 1)
+        good = os.path.join(d, "good.json")
+        model.save(model.DEFAULTS, good)
+        monkeypatch.setenv("RINGCOLL_MODEL", good)
+        got = _backend._resolve_auto({"RINGCOLL_ALGO": "auto", "RINGCOLL_TRANSPORT": "gloo"},
+                                     dist.HashStore(), 0, 1)["RINGCOLL_ALGO"]
+        assert got.endswith(f"(model {good}, gloo, p=1)")
+
+
+def auto_world(rank, p):
+    x = torch.full((1000,), float(rank + 1))
+    dist.all_reduce(x)
+    assert x.eq(p * (p + 1) / 2).all()
+    y = torch.arange(8.0) if rank == 0 else torch.zeros(8)
+    dist.broadcast(y, src=0)
+    assert y.eq(torch.arange(8.0)).all()
+    return dist.get_backend_config()
+
+
+def test_auto_in_a_running_group(capfd):
+    mp.run_world(2, auto_world, transport="shm",
+                 env={"RINGCOLL_ALGO": "auto", "RINGCOLL_DEBUG": "1"})
+    err = capfd.readouterr().err
+    assert "RINGCOLL_ALGO=auto resolved to allreduce=" in err, err[-2000:]
+    assert "(auto: predicted fastest (model defaults, shm, p=2); RINGCOLL_ALGO" in err, err[-2000:]
+
+
+# the simulator
+
+
+def test_simulator_refuses_a_broken_schedule():
+    scheds = check.schedules("ring", "allreduce", 4, 13)
+    sim.simulate_schedules(scheds, "all_reduce", _one_host(4, CAL), 13)  # intact: fine
+    broken = json.loads(json.dumps(scheds))
+    step = broken[2]["steps"][1]
+    step["transfers"] = [tuple(t) if t[0] != "recv_reduce" else ("recv_copy",) + tuple(t[1:])
+                         for t in step["transfers"]]
+    with pytest.raises(check.ScheduleError):
+        sim.simulate_schedules(broken, "all_reduce", _one_host(4, CAL), 13)
+
+
+def test_simulator_two_link_classes_and_1024_ranks():
+    intra, inter = sim.Link(1e-6, 1e-10), sim.Link(2e-5, 1e-9)
+    one = sim.Topology(1, 16, intra, intra)
+    two = sim.Topology(2, 8, intra, inter)
+    for a in model.providers("all_reduce"):
+        t1 = sim.simulate(a, "all_reduce", one, 1 << 20).seconds
+        t2 = sim.simulate(a, "all_reduce", two, 1 << 20).seconds
+        assert t2 > t1, a  # crossing hosts costs more on every algorithm
+    big = sim.simulate("tree", "all_reduce", sim.Topology(128, 8, intra, inter), 1 << 20)
+    assert big.steps == 20 and "sampled" in big.checked
