@@ -11,7 +11,7 @@ exactly (inputs are small integers), on CPU with the default transport:
      from rotating roots, all_gather_into_tensor, list all_gather,
      reduce_scatter_tensor, barrier, bursts of 16 async all-reduces) for
      --soak-minutes, sampling every --sample-s on every rank: resident memory,
-     open file descriptors and the entries of /dev/shm.
+     open file descriptors and ringcoll's entries in /dev/shm.
 It prints the samples and fails (exit 1) if, after the first sample that follows
 warm-up, resident memory grows by more than 10% + 16 MiB, or file descriptors
 or /dev/shm entries grow at all, or any result is wrong.
@@ -43,8 +43,10 @@ def fds() -> int:
 
 
 def shm_entries() -> int:
+    """ringcoll's entries in /dev/shm (its segments are named /ringcoll-...); other
+    programs' entries (multiprocessing's semaphores, say) come and go on their own."""
     try:
-        return len(os.listdir("/dev/shm"))
+        return sum(1 for e in os.listdir("/dev/shm") if "ringcoll" in e)
     except FileNotFoundError:
         return 0
 
@@ -137,6 +139,10 @@ def soak_iteration(p, rank, it, errors, counts):
 
 def worker(rank, p, store_path, args, results):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    import warnings
+
+    # torch 2.13 deprecates the *_tensor names in favour of *_single: not our concern here.
+    warnings.filterwarnings("ignore", category=FutureWarning)
     import torch
     import torch.distributed as dist
 
