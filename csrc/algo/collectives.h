@@ -26,20 +26,10 @@ struct Reduction {
   double premulFactor = 1.0;
 };
 
-// The op as the user named it, for the call's fingerprint.
-inline OpName reductionName(const Reduction& red) {
-  if (red.average) return OpName::kAvg;
-  if (red.premul) return OpName::kPremulSum;
-  switch (red.op) {
-    case RedOp::kSum: return OpName::kSum;
-    case RedOp::kProduct: return OpName::kProduct;
-    case RedOp::kMin: return OpName::kMin;
-    case RedOp::kMax: return OpName::kMax;
-    case RedOp::kBand: return OpName::kBand;
-    case RedOp::kBor: return OpName::kBor;
-    case RedOp::kBxor: return OpName::kBxor;
-  }
-  return OpName::kNone;
+// The reduction as the user named it, into the call's fingerprint.
+inline void describeReduction(Fingerprint& fp, const Reduction& red) {
+  fp.reduces = red.average ? Reduces::kAvg : red.premul ? Reduces::kPremulSum : Reduces::kOp;
+  fp.op = red.op;
 }
 
 // The job of a reducing schedule over buf (prm.n elements): PREMUL_SUM scales the

@@ -27,25 +27,10 @@ const char* methodName(Method m) {
   return "?";
 }
 
-const char* opName(OpName op) {
-  switch (op) {
-    case OpName::kNone: return "";
-    case OpName::kSum: return "SUM";
-    case OpName::kProduct: return "PRODUCT";
-    case OpName::kMin: return "MIN";
-    case OpName::kMax: return "MAX";
-    case OpName::kBand: return "BAND";
-    case OpName::kBor: return "BOR";
-    case OpName::kBxor: return "BXOR";
-    case OpName::kAvg: return "AVG";
-    case OpName::kPremulSum: return "PREMUL_SUM";
-  }
-  return "?";
-}
-
 bool sameCall(const Fingerprint& a, const Fingerprint& b) {
   return a.magic == b.magic && a.version == b.version && a.method == b.method &&
-      a.dtype == b.dtype && a.op == b.op && a.hasDtype == b.hasDtype && a.root == b.root &&
+      a.dtype == b.dtype && a.reduces == b.reduces &&
+      (a.reduces != Reduces::kOp || a.op == b.op) && a.hasDtype == b.hasDtype && a.root == b.root &&
       a.seq == b.seq && a.count == b.count &&
       std::memcmp(a.algorithm, b.algorithm, sizeof(a.algorithm)) == 0;
 }
@@ -57,7 +42,12 @@ std::string describe(const Fingerprint& fp) {
     add(dtypeName(fp.dtype));
     add(RC_STR(fp.count, fp.count == 1 ? " element" : " elements"));
   }
-  if (fp.op != OpName::kNone) add(opName(fp.op));
+  switch (fp.reduces) {
+    case Reduces::kNo: break;
+    case Reduces::kOp: add(redOpName(fp.op)); break;
+    case Reduces::kAvg: add("AVG"); break;
+    case Reduces::kPremulSum: add("PREMUL_SUM"); break;
+  }
   if (fp.root >= 0) add(RC_STR("root ", fp.root));
   const std::string algo(fp.algorithm, strnlen(fp.algorithm, sizeof(fp.algorithm)));
   if (!algo.empty()) add(algo);

@@ -37,19 +37,9 @@ enum class Method : uint8_t {
   kBarrier,
 };
 
-// The reduction as the user named it (AVG and PREMUL_SUM included), or none.
-enum class OpName : uint8_t {
-  kNone,
-  kSum,
-  kProduct,
-  kMin,
-  kMax,
-  kBand,
-  kBor,
-  kBxor,
-  kAvg,
-  kPremulSum,
-};
+// How the call reduces: not at all, by an element op (Fingerprint::op), or by AVG
+// or PREMUL_SUM (SUM underneath).
+enum class Reduces : uint8_t { kNo, kOp, kAvg, kPremulSum };
 
 struct alignas(64) Fingerprint {
   static constexpr uint32_t kMagic = 0x50464352;  // "RCFP"
@@ -59,9 +49,10 @@ struct alignas(64) Fingerprint {
   uint16_t version = kVersion;
   Method method = Method::kBarrier;
   DType dtype = DType::kUInt8;
-  OpName op = OpName::kNone;
-  uint8_t hasDtype = 0;  // barrier has none
-  uint8_t reserved[2] = {0, 0};
+  Reduces reduces = Reduces::kNo;
+  RedOp op = RedOp::kSum;  // with Reduces::kOp
+  uint8_t hasDtype = 0;    // barrier has none
+  uint8_t reserved = 0;
   int32_t root = -1;     // broadcast, reduce; -1 otherwise
   int32_t rank = -1;     // the sender; not compared
   uint32_t reserved2 = 0;
@@ -74,7 +65,6 @@ struct alignas(64) Fingerprint {
 static_assert(sizeof(Fingerprint) == 64, "the header is one 64-byte message");
 
 const char* methodName(Method m);
-const char* opName(OpName op);
 
 // Everything but the sender's rank is equal.
 bool sameCall(const Fingerprint& a, const Fingerprint& b);

@@ -27,13 +27,13 @@ size_t bytesOf(const at::Tensor& t) { return t.numel() * t.element_size(); }
 // rank's contribution as the user passed them (all_gather: its input; reduce_scatter:
 // its output; the coalesced variants: all tensors together).
 algo::Fingerprint callPrint(algo::Method method, DType dtype, int64_t count,
-                            algo::OpName op = algo::OpName::kNone, int root = -1) {
+                            const algo::Reduction* red = nullptr, int root = -1) {
   algo::Fingerprint fp;
   fp.method = method;
   fp.dtype = dtype;
   fp.hasDtype = 1;
   fp.count = static_cast<uint64_t>(count);
-  fp.op = op;
+  if (red != nullptr) algo::describeReduction(fp, *red);
   fp.root = root;
   return fp;
 }
@@ -63,7 +63,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   const algo::Algorithm* a = algorithm(op, algo::Collective::kAllreduce, bytesOf(t));
   return launch(c10d::OpType::ALLREDUCE, op,
-                callPrint(algo::Method::kAllreduce, dtype, t.numel(), algo::reductionName(red)),
+                callPrint(algo::Method::kAllreduce, dtype, t.numel(), &red),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
                 [this, a, t, dtype, red](algo::Executor& ex) {
                   at::Tensor flat = flatWorking(t);
@@ -93,7 +93,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(
   const algo::Algorithm* a = algorithm(op, algo::Collective::kAllreduce, bytes);
   return launch(c10d::OpType::ALLREDUCE_COALESCED, op,
                 callPrint(algo::Method::kAllreduceCoalesced, dtype, count,
-                          algo::reductionName(red)),
+                          &red),
                 ts, ts, bytes, opTimeout(opts.timeout),
                 [this, a, ts, dtype, red](algo::Executor& ex) {
                   std::vector<at::Tensor> flats;
@@ -129,7 +129,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce(std::vector<at::Tensor>& 
   // The schedule clobbers non-roots' buffers: they work on a copy so that their
   // input is left as it was.
   return launch(c10d::OpType::REDUCE, op,
-                callPrint(algo::Method::kReduce, dtype, t.numel(), algo::reductionName(red), root),
+                callPrint(algo::Method::kReduce, dtype, t.numel(), &red, root),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
                 [this, a, t, dtype, red, root, isRoot](algo::Executor& ex) {
                   at::Tensor flat = isRoot ? flatWorking(t)
@@ -151,7 +151,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
   const int root = static_cast<int>(opts.rootRank);
   const algo::Algorithm* a = algorithm(op, algo::Collective::kBroadcast, bytesOf(t));
   return launch(c10d::OpType::BROADCAST, op,
-                callPrint(algo::Method::kBroadcast, dtype, t.numel(), algo::OpName::kNone, root),
+                callPrint(algo::Method::kBroadcast, dtype, t.numel(), nullptr, root),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
                 [this, a, t, dtype, root](algo::Executor&) {
                   at::Tensor flat = flatWorking(t);
@@ -224,7 +224,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
   const algo::Algorithm* a = algorithm(op, algo::Collective::kReduceScatter, bytesOf(in));
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op,
                 callPrint(algo::Method::kReduceScatterTensor, dtype, out.numel(),
-                          algo::reductionName(red)),
+                          &red),
                 {in}, {out}, bytesOf(in), opTimeout(opts.timeout),
                 [this, a, out, in, dtype, red](algo::Executor& ex) {
                   // The schedule reduces in place, so it works on a copy of the input.
@@ -247,7 +247,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
       algorithm(op, algo::Collective::kReduceScatter, bytesOf(out) * ins.size());
   return launch(c10d::OpType::REDUCE_SCATTER, op,
                 callPrint(algo::Method::kReduceScatter, dtype, out.numel(),
-                          algo::reductionName(red)),
+                          &red),
                 ins, {out}, bytesOf(out) * ins.size(), opTimeout(opts.timeout),
                 [this, a, out, ins, dtype, red](algo::Executor& ex) {
                   std::vector<at::Tensor> flats;
