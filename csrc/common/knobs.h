@@ -29,6 +29,12 @@
 //                                                ranks disagreeing about it
 //                                                (algo/fingerprint.h); 0: skip it, to
 //                                                measure what it costs
+//   trace        RINGCOLL_TRACE         (off)    a directory: every rank writes a
+//                                                Chrome/Perfetto trace of each
+//                                                collective's steps there
+//                                                (backend/trace_writer.h; merge with
+//                                                python -m ringcoll.trace DIR); created
+//                                                if missing; empty: off
 //
 // An unknown RINGCOLL_* variable or a bad value is an error naming the variable,
 // the value and what is accepted: a typo must never be silently ignored. (The
@@ -50,6 +56,7 @@ struct Knobs {
   std::string host;
   bool debug = false;
   bool fingerprint = true;
+  std::string trace;  // "" = off
 
   static constexpr size_t kMinChunkBytes = 64;
 
