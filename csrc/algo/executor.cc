@@ -113,19 +113,21 @@ bool Execution::exchangeHeaders() {
   for (auto& h : headers_) {
     if (h.sent) continue;
     OpTrace* t = trace_ ? &trace_->headers[2 * (&h - headers_.data())] : nullptr;
+    const int64_t t0 = t ? Tracer::now() : 0;  // before: a send may leave during the call
     if (!transport_.trySend(h.peer, header_, sizeof(Fingerprint))) {
       blocked(h.peer, -1, "room for a message at");
-      if (t && !t->want) t->want = Tracer::now();
+      if (t && !t->want) t->want = t0;
       continue;
     }
-    if (t) t->post = Tracer::now();
+    if (t) t->post = t0;
     h.sent = true;
     moved = true;
   }
   for (auto& h : headers_) {
     if (h.posted) continue;
+    const int64_t t0 = trace_ ? Tracer::now() : 0;
     if (!transport_.tryPostRecv(h.peer, nullptr, sizeof(Fingerprint))) continue;
-    if (trace_) trace_->headers[2 * (&h - headers_.data()) + 1].post = Tracer::now();
+    if (trace_) trace_->headers[2 * (&h - headers_.data()) + 1].post = t0;
     h.posted = true;
     moved = true;
   }
@@ -172,12 +174,14 @@ bool Execution::postSends(Channel& c, size_t ci) {
     const PlanOp& op = plan_.ops[i];
     if (!ready(op)) break;
     OpTrace* t = traced(i);
+    // Read before the call: a transport may move the bytes before it returns.
+    const int64_t t0 = t ? Tracer::now() : 0;
     if (!transport_.trySend(c.peer, at(op), bytes(op))) {
       blocked(c.peer, op.step, "room for a message at");
-      if (t && !t->want) t->want = Tracer::now();
+      if (t && !t->want) t->want = t0;
       break;
     }
-    if (t) t->post = Tracer::now();
+    if (t) t->post = t0;
     state_[i] = 1;
     ++cs.sendNext;
     moved = true;
@@ -192,8 +196,10 @@ bool Execution::postRecvs(Channel& c, size_t ci) {
     const PlanOp& op = plan_.ops[c.recvs[cs.recvPosted]];
     // A copy may land in place once nothing still reads or writes its elements.
     void* dst = op.kind == OpKind::kRecvCopy && ready(op) ? at(op) : nullptr;
+    OpTrace* t = traced(c.recvs[cs.recvPosted]);
+    const int64_t t0 = t ? Tracer::now() : 0;
     if (!transport_.tryPostRecv(c.peer, dst, bytes(op))) break;
-    if (OpTrace* t = traced(c.recvs[cs.recvPosted])) t->post = Tracer::now();
+    if (t) t->post = t0;
     ++cs.recvPosted;
     moved = true;
   }
@@ -253,8 +259,8 @@ void Execution::consume(const PlanOp& op, const void* view) {
   }
   reducer_.reduce2(op.localLive ? local : out, op.localLive ? out : nullptr, local, view,
                    op.count, job_.dtype, job_.op);
-  transport_.commitSlot(plan_.channels[fci].peer, nb);
   if (OpTrace* t = traced(static_cast<uint32_t>(op.forward))) t->post = Tracer::now();
+  transport_.commitSlot(plan_.channels[fci].peer, nb);
   state_[op.forward] = 1;
   ++chan_[fci].sendNext;
 }

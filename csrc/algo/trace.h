@@ -13,10 +13,11 @@
 //
 //   send     want    first pass that had it ready but the transport had no room
 //                    (0: it was taken at once)
-//            post    trySend took it (forwarded: the reduction written into the
-//                    transport's slot)
+//            post    the call to trySend that took it began (a transport may move
+//                    the bytes before the call returns); forwarded: the reduction
+//                    written into the transport's slot, about to be committed
 //            done    first pass that saw the transport done with its source
-//   receive  post    tryPostRecv announced it
+//   receive  post    the call to tryPostRecv that announced it began
 //            want    first pass that could consume it but its bytes were not there
 //                    (0: they were): the rank waited on its peer from here
 //            arrive  first pass that saw its bytes
