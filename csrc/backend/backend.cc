@@ -90,12 +90,11 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   }
   executor_ = std::make_shared<algo::Executor>(*transport_, reducer_, knobs_.chunkBytes);
   if (!knobs_.trace.empty()) {
-    const ClockSync clock = syncClocks(*store_, rank, size);
     tracer_ = std::make_unique<algo::Tracer>();
     try {
       traceWriter_ = std::make_unique<TraceWriter>(*tracer_, knobs_.trace, group, rank, size,
-                                                   clock, transport_->name(),
-                                                   knobs_.chunkBytes);
+                                                   syncClocks(*store_, rank, size),
+                                                   transport_->name(), knobs_.chunkBytes);
     } catch (const std::runtime_error& e) {
       TORCH_CHECK(false, "ringcoll: RINGCOLL_TRACE='", knobs_.trace, "': ", e.what());
     }
@@ -228,9 +227,7 @@ algo::TraceTag RingcollBackend::traceTag(const char* op, uint64_t seq) const {
   return tag;
 }
 
-void RingcollBackend::afterCollective() {
-  if (traceWriter_) traceWriter_->maybeWrite();
-}
+void RingcollBackend::afterCollective() { if (traceWriter_) traceWriter_->maybeWrite(); }
 
 at::Tensor RingcollBackend::workspace(int64_t numel, const at::Tensor& like) {
   // Past this size a working buffer is not kept: one huge call must not pin its

@@ -1,4 +1,5 @@
-"""Merge, check and draw the per-rank traces RINGCOLL_TRACE wrote.
+"""Read, check, merge and explain the per-rank traces RINGCOLL_TRACE wrote (the
+command line is ringcoll/trace/__main__.py, the drawing ringcoll/trace/plot.py).
 
     python -m ringcoll.trace DIR [--out merged.json] [--png timeline.png]
                                  [--collective SEQ] [--group ID]
@@ -31,12 +32,10 @@ everyone downstream waited for), or the last step it ran if the path has no edge
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
 import re
-import sys
 from dataclasses import dataclass, field
 
 FILE_RE = re.compile(r"ringcoll-g(?P<group>.+)-rank(?P<rank>\d+)\.json$")
@@ -347,120 +346,3 @@ def merged(trace):
             "otherData": {"ringcoll_group": trace.group, "ranks": sorted(trace.meta),
                           "time_base_us": base,
                           "note": "times are rank 0's steady clock, in us from time_base_us"}}
-
-
-def draw(trace, seq, path):
-    """The timeline of collective seq as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    c = trace.collectives[seq]
-    ops = trace.ops_of(seq)
-    cp = critical_path(trace, seq)
-    ranks = sorted(c.per_rank)
-    t0 = min(c.start(r) for r in ranks)
-    ms = lambda t: (t - t0) / 1e3  # noqa: E731
-    steps = max((o.step for o in ops), default=0) + 1
-    cmap = plt.get_cmap("tab10" if steps <= 10 else "tab20")
-    color = lambda s: "0.6" if s < 0 else cmap(s % cmap.N)  # noqa: E731
-    lanes = {"send": 0.3, "recv": 0.0, "compute": -0.3}
-    h = 0.26
-    fig, ax = plt.subplots(figsize=(12, 1.2 + 1.1 * len(ranks)))
-    for r in ranks:
-        y = -r
-        a = c.per_rank[r]
-        ax.plot([ms(a["start"]), ms(c.end(r))], [y - 0.5, y - 0.5], color="0.85", lw=0.8)
-        for o in (o for o in ops if o.rank == r):
-            if o.is_send and o.post is not None:
-                end = o.done if o.done is not None else o.post
-                ax.barh(y + lanes["send"], max(ms(end) - ms(o.post), 1e-4), left=ms(o.post),
-                        height=h, color=color(o.step), edgecolor="black", linewidth=0.3)
-            elif o.is_recv and o.post is not None and o.arrive is not None:
-                # Posted .. arrived, thin (receives are often posted long before);
-                # the part the rank waited for, full height and hatched.
-                ax.barh(y + lanes["recv"], max(ms(o.arrive) - ms(o.post), 1e-4),
-                        left=ms(o.post), height=h * 0.25, color=color(o.step), alpha=0.6)
-                if o.wait > 0:
-                    ax.barh(y + lanes["recv"], ms(o.arrive) - ms(o.want), left=ms(o.want),
-                            height=h, color=color(o.step), hatch="///", edgecolor="black",
-                            linewidth=0.3)
-            if (o.is_recv or o.kind == "finish") and o.arrive is not None and o.done is not None:
-                ax.barh(y + lanes["compute"], max(ms(o.done) - ms(o.arrive), 1e-4),
-                        left=ms(o.arrive), height=h, color=color(o.step),
-                        edgecolor="black", linewidth=0.3)
-    for s, r in cp["chain"]:
-        ax.annotate("", xy=(ms(r.arrive), -r.rank + lanes["recv"]),
-                    xytext=(ms(s.post), -s.rank + lanes["send"]),
-                    arrowprops=dict(arrowstyle="->", color="red", lw=1.4))
-    ticks, labels = [], []
-    for r in ranks:
-        for name, dy in lanes.items():
-            ticks.append(-r + dy)
-            labels.append(f"rank {r} {name}" if name == "recv" else name)
-    ax.set_yticks(ticks)
-    ax.set_yticklabels(labels, fontsize=8)
-    ax.set_xlabel("ms from the first rank's start (rank 0's clock)")
-    from matplotlib.patches import Patch
-
-    handles = [Patch(color=color(s), label=step_name(s))
-               for s in sorted({o.step for o in ops})][:20]
-    handles.append(Patch(facecolor="white", edgecolor="black", hatch="///",
-                         label="waiting for the bytes"))
-    handles.append(Patch(color="red", label="critical path"))
-    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    size = c.bytes
-    human = f"{size / 2**20:g} MiB" if size >= 2**20 else f"{size} B"
-    ax.set_title(f"{c.op} #{seq} ({c.algorithm}), {human}, {len(ranks)} ranks: "
-                 f"{duration(trace, seq) / 1e3:.3f} ms; straggler rank {cp['straggler']} "
-                 f"{step_name(cp['step'])}", fontsize=10)
-    ax.grid(axis="x", color="0.9")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m ringcoll.trace",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("dir", help="the RINGCOLL_TRACE directory")
-    ap.add_argument("--out", help="merged Chrome trace (default DIR/merged.json)")
-    ap.add_argument("--png", help="timeline PNG (default DIR/timeline.png; '' for none)")
-    ap.add_argument("--collective", type=int, metavar="SEQ",
-                    help="the collective to explain and draw (default: the slowest)")
-    ap.add_argument("--group", help="the process group id, when DIR holds several")
-    args = ap.parse_args(argv)
-    trace = load(args.dir, args.group)
-    others = sorted(set(files(args.dir)) - {trace.group})
-    if others:
-        print(f"(also in {args.dir}: groups {', '.join(others)}; choose with --group)")
-    for line in summary(trace):
-        print(line)
-    problems = check(trace)
-    for p in problems[:20]:
-        print("inconsistent:", p)
-    if not trace.collectives:
-        return 0
-    seq = args.collective
-    if seq is None:
-        seq = max(trace.collectives, key=lambda s: duration(trace, s))
-    if seq not in trace.collectives:
-        ap.error(f"no collective with seq {seq} (have {min(trace.collectives)}.."
-                 f"{max(trace.collectives)})")
-    print()
-    for line in describe_path(trace, seq, critical_path(trace, seq)):
-        print(line)
-    out = args.out or os.path.join(args.dir, "merged.json")
-    with open(out, "w") as f:
-        json.dump(merged(trace), f)
-    print(f"merged trace: {out}")
-    png = os.path.join(args.dir, "timeline.png") if args.png is None else args.png
-    if png:
-        draw(trace, seq, png)
-        print(f"timeline: {png} (collective {seq})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
