@@ -178,6 +178,7 @@ def test_gloo_transport_trace_pairs(tmp_path):
     assert rtrace.check(tr) == []
     matched, lone_sends, lone_recvs = rtrace.pairs(tr)
     assert matched and not lone_sends and not lone_recvs
+    assert not any(o.forwarded for o in tr.ops)  # gloo sends from memory, no slots
     # A file closed by destroy_process_group ends with the array's bracket.
     (files,) = rtrace.files(d).values()
     for path in files.values():

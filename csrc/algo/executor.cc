@@ -259,7 +259,10 @@ void Execution::consume(const PlanOp& op, const void* view) {
   }
   reducer_.reduce2(op.localLive ? local : out, op.localLive ? out : nullptr, local, view,
                    op.count, job_.dtype, job_.op);
-  if (OpTrace* t = traced(static_cast<uint32_t>(op.forward))) t->post = Tracer::now();
+  if (OpTrace* t = traced(static_cast<uint32_t>(op.forward))) {
+    t->post = Tracer::now();
+    t->forwarded = true;
+  }
   transport_.commitSlot(plan_.channels[fci].peer, nb);
   state_[op.forward] = 1;
   ++chan_[fci].sendNext;

@@ -25,7 +25,6 @@ std::unique_ptr<CollectiveTrace> Tracer::open(const TraceTag& tag, const Schedul
     const PlanOp& p = plan.ops[i];
     OpTrace& o = rec->ops[i];
     o.kind = p.kind;
-    o.forwarded = p.forwarded;
     o.peer = p.peer;
     o.step = p.step;
     o.seg = p.seg;

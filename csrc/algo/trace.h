@@ -63,7 +63,7 @@ struct TraceTag {
 
 struct OpTrace {
   OpKind kind = OpKind::kSend;
-  bool forwarded = false;  // a send written by the reduction of a receive
+  bool forwarded = false;  // a send that was written by the reduction of a receive
   int peer = -1;
   int step = 0;            // -1: the fingerprint header
   uint32_t seg = 0;        // segment within its transfer
