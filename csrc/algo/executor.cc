@@ -47,7 +47,7 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
   if (tracer_) {
     trace_ = Tracer::open(job_.tag, job_.schedule, plan_, job_.n,
                           static_cast<uint32_t>(elemSize_), transport_.streamOrdered());
-    // headers_[h]: trace_->headers[2h] is its send, [2h + 1] its receive.
+    // In headers_ order, send then receive (tracedHeader).
     for (const auto& h : headers_) {
       for (OpKind kind : {OpKind::kSend, OpKind::kRecvCopy}) {
         OpTrace o;
@@ -63,6 +63,12 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
 
 Execution::~Execution() {
   if (trace_) commitTrace(false);
+}
+
+OpTrace* Execution::tracedHeader(const HeaderState& h, bool recv) const {
+  // headers_[k]'s send is trace_->headers[2k], its receive [2k + 1].
+  return trace_ ? &trace_->headers[2 * static_cast<size_t>(&h - headers_.data()) + recv]
+                : nullptr;
 }
 
 void Execution::commitTrace(bool completed) {
@@ -112,7 +118,7 @@ bool Execution::exchangeHeaders() {
   bool moved = false;
   for (auto& h : headers_) {
     if (h.sent) continue;
-    OpTrace* t = trace_ ? &trace_->headers[2 * (&h - headers_.data())] : nullptr;
+    OpTrace* t = tracedHeader(h, false);
     const int64_t t0 = t ? Tracer::now() : 0;  // before: a send may leave during the call
     if (!transport_.trySend(h.peer, header_, sizeof(Fingerprint))) {
       blocked(h.peer, -1, "room for a message at");
@@ -125,16 +131,17 @@ bool Execution::exchangeHeaders() {
   }
   for (auto& h : headers_) {
     if (h.posted) continue;
-    const int64_t t0 = trace_ ? Tracer::now() : 0;
+    OpTrace* t = tracedHeader(h, true);
+    const int64_t t0 = t ? Tracer::now() : 0;
     if (!transport_.tryPostRecv(h.peer, nullptr, sizeof(Fingerprint))) continue;
-    if (trace_) trace_->headers[2 * (&h - headers_.data()) + 1].post = t0;
+    if (t) t->post = t0;
     h.posted = true;
     moved = true;
   }
   transport_.flush();
   for (auto& h : headers_) {
     if (!h.posted || h.checked) continue;
-    OpTrace* t = trace_ ? &trace_->headers[2 * (&h - headers_.data()) + 1] : nullptr;
+    OpTrace* t = tracedHeader(h, true);
     const void* view = transport_.recvView(h.peer);
     if (view == nullptr) {
       blocked(h.peer, -1, "a message from");
@@ -155,7 +162,7 @@ bool Execution::exchangeHeaders() {
     all = all && h.checked;
     if (h.sent && !h.sendDone && transport_.sendsDone(h.peer) > h.base) {
       h.sendDone = true;
-      if (trace_) trace_->headers[2 * (&h - headers_.data())].done = Tracer::now();
+      if (OpTrace* t = tracedHeader(h, false)) t->done = Tracer::now();
       --headersOpen_;
       moved = true;
     }

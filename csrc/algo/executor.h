@@ -138,6 +138,8 @@ class Execution {
     bool posted = false;    // the peer's header receive announced
     bool checked = false;   // ... arrived and matched
   };
+  // The trace of a fingerprint header's send or receive, null when not tracing.
+  OpTrace* tracedHeader(const HeaderState& h, bool recv) const;
 
   Transport& transport_;
   Reducer& reducer_;
