@@ -47,10 +47,10 @@ ringcoll::Knobs loadKnobs(const std::map<std::string, std::string>& overrides) {
 c10::intrusive_ptr<c10d::Backend> createBackend(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeoutSeconds,
     const c10::intrusive_ptr<c10d::Backend>& p2p,
-    const std::map<std::string, std::string>& overrides) {
+    const std::map<std::string, std::string>& overrides, const std::string& group) {
   const ringcoll::Knobs knobs = loadKnobs(overrides);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeoutSeconds * 1000));
-  return c10::make_intrusive<RingcollBackend>(store, rank, size, timeout, p2p, knobs);
+  return c10::make_intrusive<RingcollBackend>(store, rank, size, timeout, p2p, knobs, group);
 }
 
 // The collectives with schedules, by the names ringcoll.check uses (reduce_scatter
@@ -285,7 +285,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   m.def("create_backend", &createBackend, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout_seconds"), py::arg("p2p"),
-        py::arg("overrides") = std::map<std::string, std::string>{},
+        py::arg("overrides") = std::map<std::string, std::string>{}, py::arg("group") = "",
         py::call_guard<py::gil_scoped_release>());
   m.def("knobs", [](const std::map<std::string, std::string>& overrides) {
     return loadKnobs(overrides).describe();

@@ -83,4 +83,6 @@ def create_backend(dist_backend_opts, backend_options):
     # Validate the knobs before any rank waits on the others to connect.
     _C.knobs(overrides)
     p2p = dist.ProcessGroupGloo(dist.PrefixStore(_P2P_PREFIX, store), rank, size, timeout)
-    return _C.create_backend(store, rank, size, timeout.total_seconds(), p2p, overrides)
+    # The group's id names its trace files (RINGCOLL_TRACE); "" on a torch without it.
+    group = str(getattr(dist_backend_opts, "group_id", "") or "")
+    return _C.create_backend(store, rank, size, timeout.total_seconds(), p2p, overrides, group)

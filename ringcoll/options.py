@@ -20,6 +20,7 @@ class Options:
     host: str | None = None  # RINGCOLL_HOST
     debug: bool | None = None  # RINGCOLL_DEBUG
     fingerprint: bool | None = None  # RINGCOLL_FINGERPRINT
+    trace: str | None = None  # RINGCOLL_TRACE: a directory for per-rank trace files
 
     def overrides(self) -> dict[str, str]:
         """The fields that are set, keyed by their environment variable name."""
@@ -38,4 +39,6 @@ class Options:
             out["RINGCOLL_DEBUG"] = "1" if self.debug else "0"
         if self.fingerprint is not None:
             out["RINGCOLL_FINGERPRINT"] = "1" if self.fingerprint else "0"
+        if self.trace is not None:
+            out["RINGCOLL_TRACE"] = str(self.trace)
         return out

@@ -7,7 +7,7 @@
 namespace ringcoll::algo {
 
 Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t segElems,
-                     Fingerprint* header)
+                     Fingerprint* header, Tracer* tracer)
     : transport_(transport),
       reducer_(reducer),
       job_(std::move(job)),
@@ -19,7 +19,8 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
       state_(plan_.ops.size(), 0),
       chan_(plan_.channels.size()),
       remaining_(plan_.ops.size()),
-      lastMove_(Clock::now()) {
+      lastMove_(Clock::now()),
+      tracer_(tracer) {
   const bool checked = job_.checked && !transport_.streamOrdered();
   if (checked) {
     *header_ = job_.fingerprint;
@@ -43,6 +44,37 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
     // count of completed sends restarts from here for this one (after the header).
     chan_[ci].transportBase = transport_.sendsDone(plan_.channels[ci].peer) + (checked ? 1 : 0);
   }
+  if (tracer_) {
+    trace_ = Tracer::open(job_.tag, job_.schedule, plan_, job_.n,
+                          static_cast<uint32_t>(elemSize_), transport_.streamOrdered());
+    // In headers_ order, send then receive (tracedHeader).
+    for (const auto& h : headers_) {
+      for (OpKind kind : {OpKind::kSend, OpKind::kRecvCopy}) {
+        OpTrace o;
+        o.kind = kind;
+        o.peer = h.peer;
+        o.step = -1;
+        o.bytes = sizeof(Fingerprint);
+        trace_->headers.push_back(o);
+      }
+    }
+  }
+}
+
+Execution::~Execution() {
+  if (trace_) commitTrace(false);
+}
+
+OpTrace* Execution::tracedHeader(const HeaderState& h, bool recv) const {
+  // headers_[k]'s send is trace_->headers[2k], its receive [2k + 1].
+  return trace_ ? &trace_->headers[2 * static_cast<size_t>(&h - headers_.data()) + recv]
+                : nullptr;
+}
+
+void Execution::commitTrace(bool completed) {
+  trace_->completed = completed;
+  trace_->end = Tracer::now();
+  tracer_->commit(std::move(trace_));
 }
 
 bool Execution::ready(const PlanOp& op) const {
@@ -86,30 +118,41 @@ bool Execution::exchangeHeaders() {
   bool moved = false;
   for (auto& h : headers_) {
     if (h.sent) continue;
+    OpTrace* t = tracedHeader(h, false);
+    const int64_t t0 = t ? Tracer::now() : 0;  // before: a send may leave during the call
     if (!transport_.trySend(h.peer, header_, sizeof(Fingerprint))) {
       blocked(h.peer, -1, "room for a message at");
+      if (t && !t->want) t->want = t0;
       continue;
     }
+    if (t) t->post = t0;
     h.sent = true;
     moved = true;
   }
   for (auto& h : headers_) {
     if (h.posted) continue;
+    OpTrace* t = tracedHeader(h, true);
+    const int64_t t0 = t ? Tracer::now() : 0;
     if (!transport_.tryPostRecv(h.peer, nullptr, sizeof(Fingerprint))) continue;
+    if (t) t->post = t0;
     h.posted = true;
     moved = true;
   }
   transport_.flush();
   for (auto& h : headers_) {
     if (!h.posted || h.checked) continue;
+    OpTrace* t = tracedHeader(h, true);
     const void* view = transport_.recvView(h.peer);
     if (view == nullptr) {
       blocked(h.peer, -1, "a message from");
+      if (t && !t->want) t->want = Tracer::now();
       continue;
     }
+    if (t) t->arrive = Tracer::now();
     const std::string disagreement = mismatch(*header_, view, h.peer);
     transport_.releaseRecv(h.peer);
     if (!disagreement.empty()) throw MismatchError(h.peer, disagreement);
+    if (t) t->done = Tracer::now();
     h.checked = true;
     --headersOpen_;
     moved = true;
@@ -119,6 +162,7 @@ bool Execution::exchangeHeaders() {
     all = all && h.checked;
     if (h.sent && !h.sendDone && transport_.sendsDone(h.peer) > h.base) {
       h.sendDone = true;
+      if (OpTrace* t = tracedHeader(h, false)) t->done = Tracer::now();
       --headersOpen_;
       moved = true;
     }
@@ -136,10 +180,15 @@ bool Execution::postSends(Channel& c, size_t ci) {
     const uint32_t i = c.sends[cs.sendNext];
     const PlanOp& op = plan_.ops[i];
     if (!ready(op)) break;
+    OpTrace* t = traced(i);
+    // Read before the call: a transport may move the bytes before it returns.
+    const int64_t t0 = t ? Tracer::now() : 0;
     if (!transport_.trySend(c.peer, at(op), bytes(op))) {
       blocked(c.peer, op.step, "room for a message at");
+      if (t && !t->want) t->want = t0;
       break;
     }
+    if (t) t->post = t0;
     state_[i] = 1;
     ++cs.sendNext;
     moved = true;
@@ -154,7 +203,10 @@ bool Execution::postRecvs(Channel& c, size_t ci) {
     const PlanOp& op = plan_.ops[c.recvs[cs.recvPosted]];
     // A copy may land in place once nothing still reads or writes its elements.
     void* dst = op.kind == OpKind::kRecvCopy && ready(op) ? at(op) : nullptr;
+    OpTrace* t = traced(c.recvs[cs.recvPosted]);
+    const int64_t t0 = t ? Tracer::now() : 0;
     if (!transport_.tryPostRecv(c.peer, dst, bytes(op))) break;
+    if (t) t->post = t0;
     ++cs.recvPosted;
     moved = true;
   }
@@ -168,13 +220,17 @@ bool Execution::consumeRecvs(Channel& c, size_t ci) {
     const uint32_t i = c.recvs[cs.recvConsumed];
     const PlanOp& op = plan_.ops[i];
     if (!ready(op)) break;
+    OpTrace* t = traced(i);
     const void* view = transport_.recvView(c.peer);
     if (view == nullptr) {
       blocked(c.peer, op.step, "a message from");
+      if (t && !t->want) t->want = Tracer::now();
       break;
     }
+    if (t) t->arrive = Tracer::now();
     consume(op, view);
     transport_.releaseRecv(c.peer);
+    if (t) t->done = Tracer::now();
     setDone(i);
     ++cs.recvConsumed;
     moved = true;
@@ -210,6 +266,10 @@ void Execution::consume(const PlanOp& op, const void* view) {
   }
   reducer_.reduce2(op.localLive ? local : out, op.localLive ? out : nullptr, local, view,
                    op.count, job_.dtype, job_.op);
+  if (OpTrace* t = traced(static_cast<uint32_t>(op.forward))) {
+    t->post = Tracer::now();
+    t->forwarded = true;
+  }
   transport_.commitSlot(plan_.channels[fci].peer, nb);
   state_[op.forward] = 1;
   ++chan_[fci].sendNext;
@@ -220,7 +280,10 @@ bool Execution::runFinishes() {
   for (auto& i : plan_.finishes) {
     if (state_[i] == 2 || !ready(plan_.ops[i])) continue;
     if (transport_.streamOrdered()) transport_.fence();
+    OpTrace* t = traced(i);
+    if (t) t->arrive = Tracer::now();
     reducer_.divide(at(plan_.ops[i]), plan_.ops[i].count, job_.dtype, job_.divideBy);
+    if (t) t->done = Tracer::now();
     setDone(i);
     moved = true;
   }
@@ -233,7 +296,9 @@ void Execution::collectSends(Channel& c, size_t ci) {
   const uint64_t raw = transport_.sendsDone(c.peer);
   if (raw < cs.transportBase) return;  // the header's send is not complete yet
   const uint64_t done = raw - cs.transportBase;
+  const int64_t now = trace_ && cs.sendComplete < done ? Tracer::now() : 0;
   while (cs.sendComplete < cs.sendNext && cs.sendComplete < done) {
+    if (OpTrace* t = traced(c.sends[cs.sendComplete])) t->done = now;
     setDone(c.sends[cs.sendComplete]);
     ++cs.sendComplete;
   }
@@ -253,6 +318,7 @@ bool Execution::progress() {
     runPrologue();  // stream-ordered transports skip the fingerprint
     const bool moved = progressWaves() || remaining_ != before;
     if (moved) lastMove_ = Clock::now();
+    if (trace_ && done()) commitTrace(true);
     return moved;
   }
   bool moved = false;
@@ -276,6 +342,7 @@ bool Execution::progress() {
   }
   moved |= remaining_ != before;
   if (moved) lastMove_ = Clock::now();
+  if (trace_ && done()) commitTrace(true);
   return moved;
 }
 
@@ -290,7 +357,8 @@ size_t Executor::segmentElems(DType dtype) const {
 
 std::unique_ptr<Execution> Executor::start(Job job) {
   const size_t seg = segmentElems(job.dtype);
-  return std::make_unique<Execution>(transport_, reducer_, std::move(job), seg, &header_);
+  return std::make_unique<Execution>(transport_, reducer_, std::move(job), seg, &header_,
+                                     tracer_);
 }
 
 bool Executor::drive(Execution& ex, Clock::time_point until,

@@ -27,6 +27,11 @@
 // and a job is done only once its header sends completed, so a transport that
 // reads it late (gloo) never reads freed memory.
 //
+// Tracing (algo/trace.h): with a Tracer set on the Executor, every Execution records
+// when each of its operations was posted, waited for, arrived and was consumed, and
+// commits the record to the tracer when it is done or destroyed; without one it
+// tests a null pointer at each hook and does nothing else.
+//
 // Timeout: a collective fails with PeerError when it makes no progress for the
 // group's timeout; the error names the peer it was waiting for and what for.
 #pragma once
@@ -42,6 +47,7 @@
 #include "algo/fingerprint.h"
 #include "algo/plan.h"
 #include "algo/schedule.h"
+#include "algo/trace.h"
 #include "reduce/reducer.h"
 #include "reduce/types.h"
 #include "transport/transport.h"
@@ -67,6 +73,8 @@ struct Job {
   // placing this rank's block): run once every header matched (at once when
   // unchecked), before any payload is sent. May be empty.
   std::function<void()> prologue;
+  // For the trace only (who called, which call); ignored when not tracing.
+  TraceTag tag;
 };
 
 class Execution {
@@ -75,8 +83,12 @@ class Execution {
 
   // `header`: where the fingerprint is sent from (the Executor's); it must stay
   // valid until the transport completed the sends of this execution's headers.
+  // `tracer`: where the record goes, null when not tracing.
   Execution(Transport& transport, Reducer& reducer, Job job, size_t segElems,
-            Fingerprint* header);
+            Fingerprint* header, Tracer* tracer = nullptr);
+  ~Execution();
+  Execution(const Execution&) = delete;
+  Execution& operator=(const Execution&) = delete;
 
   // One pass over everything that can move; true if anything did.
   bool progress();
@@ -102,6 +114,12 @@ class Execution {
   bool runPrologue();
   void blocked(int peer, int step, const char* what);
   void setDone(uint32_t i);
+  // The trace of plan op i, null when not tracing (or past Tracer::kMaxOps).
+  OpTrace* traced(uint32_t i) const {
+    return trace_ && i < trace_->ops.size() ? &trace_->ops[i] : nullptr;
+  }
+  // Hands the record to the tracer, once (done, or destroyed before that).
+  void commitTrace(bool completed);
 
   struct ChannelState {
     size_t sendNext = 0;       // sends posted (in channel order)
@@ -120,6 +138,8 @@ class Execution {
     bool posted = false;    // the peer's header receive announced
     bool checked = false;   // ... arrived and matched
   };
+  // The trace of a fingerprint header's send or receive, null when not tracing.
+  OpTrace* tracedHeader(const HeaderState& h, bool recv) const;
 
   Transport& transport_;
   Reducer& reducer_;
@@ -141,6 +161,8 @@ class Execution {
   int waitPeer_ = -1;
   int waitStep_ = -1;
   const char* waitWhat_ = "";
+  Tracer* tracer_;
+  std::unique_ptr<CollectiveTrace> trace_;  // null when not tracing or committed
 };
 
 class Executor {
@@ -156,6 +178,9 @@ class Executor {
   int rank() const { return transport_.rank(); }
   int size() const { return transport_.size(); }
   size_t segmentElems(DType dtype) const;
+  // Executions started from now on record into `tracer` (null: none). The tracer
+  // must outlive them.
+  void setTracer(Tracer* tracer) { tracer_ = tracer; }
 
   std::unique_ptr<Execution> start(Job job);
   // Runs ex until it is done (true) or `until` passes (false). Throws PeerError
@@ -173,6 +198,7 @@ class Executor {
   size_t chunkBytes_;
   std::atomic<int> waitingFor_{-1};
   Fingerprint header_;  // the running execution's, sent from here
+  Tracer* tracer_ = nullptr;
 };
 
 }  // namespace ringcoll::algo

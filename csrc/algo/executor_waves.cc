@@ -18,6 +18,8 @@ bool Execution::progressWaves() {
     bool ready = true;
     for (uint32_t i : w) ready = ready && this->ready(plan_.ops[i]);
     if (ready) {
+      // Traced: the host time the wave was enqueued (algo/trace.h).
+      const int64_t now = trace_ ? Tracer::now() : 0;
       for (uint32_t i : w) {
         const PlanOp& op = plan_.ops[i];
         const bool posted = op.kind == OpKind::kSend
@@ -25,6 +27,10 @@ bool Execution::progressWaves() {
             : transport_.tryPostRecv(op.peer, op.kind == OpKind::kRecvCopy ? at(op) : nullptr,
                                      bytes(op));
         RC_ASSERT(posted, "a stream-ordered transport refused a post");
+        if (OpTrace* t = traced(i)) {
+          t->post = now;
+          if (op.kind == OpKind::kSend) t->done = now;  // done once enqueued
+        }
         state_[i] = 1;
       }
       transport_.flush();
@@ -43,8 +49,11 @@ bool Execution::progressWaves() {
       if (op.kind == OpKind::kSend) continue;
       const void* view = transport_.recvView(op.peer);
       RC_ASSERT(view != nullptr, "a stream-ordered transport has no view of a posted receive");
+      OpTrace* t = traced(i);
+      if (t) t->arrive = Tracer::now();
       consume(op, view);
       transport_.releaseRecv(op.peer);
+      if (t) t->done = Tracer::now();
       setDone(i);
     }
     ++waveConsumed_;

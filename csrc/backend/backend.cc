@@ -55,11 +55,13 @@ struct RingcollBackend::CpuTask {
   std::optional<Staged> staged;
   std::unique_ptr<algo::Execution> exec;
   Clock::time_point started;
+  algo::TraceTag tag;  // set only when tracing
 };
 
 RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout,
-                                 c10::intrusive_ptr<c10d::Backend> p2p, Knobs knobs)
+                                 c10::intrusive_ptr<c10d::Backend> p2p, Knobs knobs,
+                                 const std::string& group)
     : c10d::Backend(rank, size),
       store_(store),
       knobs_(std::move(knobs)),
@@ -92,6 +94,17 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
     C10_THROW_ERROR(DistBackendError, c10::str("ringcoll: setting up the transport: ", e.what()));
   }
   executor_ = std::make_shared<algo::Executor>(*transport_, reducer_, knobs_.chunkBytes);
+  if (!knobs_.trace.empty()) {
+    tracer_ = std::make_unique<algo::Tracer>();
+    try {
+      traceWriter_ = std::make_unique<TraceWriter>(*tracer_, knobs_.trace, group, rank, size,
+                                                   syncClocks(*store_, rank, size),
+                                                   transport_->name(), knobs_.chunkBytes);
+    } catch (const std::runtime_error& e) {
+      TORCH_CHECK(false, "ringcoll: RINGCOLL_TRACE='", knobs_.trace, "': ", e.what());
+    }
+    executor_->setTracer(tracer_.get());
+  }
   worker_ = std::make_unique<Worker>();
   if (knobs_.debug) {
     std::string links;
@@ -122,6 +135,8 @@ void RingcollBackend::stop(Stop how) {
 #ifdef RINGCOLL_WITH_CUDA
     cuda_.reset();
 #endif
+    // Every execution is gone: write the rest of the trace and close the file.
+    traceWriter_.reset();
   };
   if (Py_IsInitialized() && PyGILState_Check()) {
     Py_BEGIN_ALLOW_THREADS
@@ -207,6 +222,18 @@ const algo::Algorithm* RingcollBackend::algorithm(const char* op, algo::Collecti
   return choice.algorithm;
 }
 
+algo::TraceTag RingcollBackend::traceTag(const char* op, uint64_t seq) const {
+  algo::TraceTag tag;
+  if (tracer_) {
+    tag.op = op;
+    tag.seq = seq;
+    tag.issued = algo::Tracer::now();
+  }
+  return tag;
+}
+
+void RingcollBackend::afterCollective() { if (traceWriter_) traceWriter_->maybeWrite(); }
+
 at::Tensor RingcollBackend::workspace(int64_t numel, const at::Tensor& like) {
   // Past this size a working buffer is not kept: one huge call must not pin its
   // memory for the life of the group.
@@ -243,22 +270,26 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
       std::lock_guard<std::mutex> lock(cudaMutex_);
       if (!cuda_) {
         cuda_ = std::make_unique<CudaPath>(store_, getRank(), getSize(), timeout_, knobs_,
-                                           first->device().index());
+                                           first->device().index(), tracer_.get());
       }
       path = cuda_.get();
     }
     TORCH_CHECK(first->device().index() == path->device(), "ringcoll::", op,
                 ": tensor is on cuda:", static_cast<int>(first->device().index()),
                 " but this process group is bound to cuda:", static_cast<int>(path->device()));
-    return path->launch(type, label, seq, inputs, std::move(outputs), body);
+    auto work = path->launch(type, traceTag(op, seq), label, seq, inputs, std::move(outputs),
+                             body);
+    afterCollective();
+    return work;
 #else
     TORCH_CHECK(false, "ringcoll::", op, ": this ringcoll build has no CUDA support");
 #endif
   }
-  return launchCpu(type, label, seq, fp, std::move(outputs), bytes, timeout, std::move(body));
+  return launchCpu(type, op, label, seq, fp, std::move(outputs), bytes, timeout,
+                   std::move(body));
 }
 
-c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type,
+c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, const char* op,
                                                           const std::string& label,
                                                           uint64_t seq, algo::Fingerprint fp,
                                                           std::vector<at::Tensor> outputs,
@@ -279,6 +310,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type,
   task->label = label;
   task->fp = fp;
   task->timeout = timeout;
+  task->tag = traceTag(op, seq);
   // Small and nothing ahead of it: run here, no hand-off to the worker and back.
   if (bytes <= knobs_.inlineBytes && worker_->tryClaim()) {
     if (runCpu(*task, Clock::now() + kInlineBudget)) {
@@ -316,6 +348,7 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
         job.fingerprint.setAlgorithm(job.schedule.name);
         job.neighbours = ringNeighbours_;
       }
+      job.tag = t.tag;
       t.exec = executor_->start(std::move(job));
     }
     // In slices, so that a collective that waits sees a peer's report, abort() and
@@ -336,6 +369,7 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
     t.exec.reset();
     t.staged.reset();
     t.work->finish();
+    afterCollective();
   } catch (const PeerError& e) {
     std::string msg = c10::str(t.label, ": ", e.what());
     const bool mismatch = dynamic_cast<const MismatchError*>(&e) != nullptr;

@@ -20,6 +20,11 @@
 // its peers looks there every kReportPoll, so the ranks that saw nothing raise
 // the same error within a fraction of a second instead of at the timeout.
 //
+// RINGCOLL_TRACE: with a trace directory the backend measures its clock against
+// rank 0's through the store when it is created, sets a Tracer on its executors
+// (CPU and CUDA) and writes this rank's trace file (backend/trace_writer.h) after
+// collectives, now and then, and when it stops.
+//
 // abort() fails the collectives in flight and queued at once; shutdown() (called
 // by destroy_process_group) lets them finish while they make progress and fails
 // them once they waited kShutdownGrace for a peer. Either way the backend is then
@@ -42,6 +47,7 @@
 #include "algo/registry.h"
 #include "algo/select.h"
 #include "backend/call.h"
+#include "backend/trace_writer.h"
 #include "backend/worker.h"
 #include "common/knobs.h"
 #include "reduce/reducer.h"
@@ -55,10 +61,10 @@ namespace ringcoll {
 class RingcollBackend final : public c10d::Backend {
  public:
   // `p2p`: a gloo process group over the same ranks, used by the gloo transport and
-  // for user send/recv.
+  // for user send/recv. `group`: the process group's id (names its trace files).
   RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                   std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Backend> p2p,
-                  Knobs knobs);
+                  Knobs knobs, const std::string& group = "");
   ~RingcollBackend() override;
 
   const std::string getBackendName() const override { return "ringcoll"; }
@@ -112,7 +118,8 @@ class RingcollBackend final : public c10d::Backend {
                                         const std::vector<at::Tensor>& inputs,
                                         std::vector<at::Tensor> outputs, size_t bytes,
                                         std::chrono::milliseconds timeout, Body body);
-  c10::intrusive_ptr<c10d::Work> launchCpu(c10d::OpType type, const std::string& label,
+  c10::intrusive_ptr<c10d::Work> launchCpu(c10d::OpType type, const char* op,
+                                           const std::string& label,
                                            uint64_t seq, algo::Fingerprint fp,
                                            std::vector<at::Tensor> outputs,
                                            size_t bytes, std::chrono::milliseconds timeout,
@@ -141,6 +148,10 @@ class RingcollBackend final : public c10d::Backend {
   // a copy into reused memory 1.7 ms). Only the collective running on the executor
   // uses it, and collectives run one at a time, so one buffer serves them all.
   at::Tensor workspace(int64_t numel, const at::Tensor& like);
+  // Tracing only: the record's tag for a call made now, and the writer's turn after
+  // a collective.
+  algo::TraceTag traceTag(const char* op, uint64_t seq) const;
+  void afterCollective();
 
   const c10::intrusive_ptr<c10d::Store> store_;
   const Knobs knobs_;
@@ -149,6 +160,10 @@ class RingcollBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> p2p_;
   std::vector<int> ringOrder_;
   std::vector<int> ringNeighbours_;  // the ranks before and after this one in ringOrder_
+  // Tracing (null when off). Declared before the transport and executors, so the
+  // tracer outlives every Execution that records into it.
+  std::unique_ptr<algo::Tracer> tracer_;
+  std::unique_ptr<TraceWriter> traceWriter_;
   std::unique_ptr<RoutedTransport> transport_;
   CpuReducer reducer_;
   std::shared_ptr<algo::Executor> executor_;

@@ -114,7 +114,7 @@ ncclUniqueId exchangeUniqueId(const c10::intrusive_ptr<c10d::Store>& store, int 
 
 CudaPath::CudaPath(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                    std::chrono::milliseconds timeout, const Knobs& knobs,
-                   c10::DeviceIndex device)
+                   c10::DeviceIndex device, algo::Tracer* tracer)
     : rank_(rank),
       size_(size),
       timeout_(timeout),
@@ -127,6 +127,7 @@ CudaPath::CudaPath(const c10::intrusive_ptr<c10d::Store>& store, int rank, int s
                                                knobs.chunkBytes);
   reducer_ = std::make_unique<CudaReducer>(stream_.stream());
   executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, knobs.chunkBytes);
+  executor_->setTracer(tracer);
   watchdog_ = std::thread([this] { watchdog(); });
 }
 
@@ -143,7 +144,7 @@ CudaPath::~CudaPath() {
 }
 
 c10::intrusive_ptr<c10d::Work> CudaPath::launch(
-    c10d::OpType type, const std::string& label, uint64_t seq,
+    c10d::OpType type, const algo::TraceTag& tag, const std::string& label, uint64_t seq,
     const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, const Body& body) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -170,6 +171,7 @@ c10::intrusive_ptr<c10d::Work> CudaPath::launch(
     try {
       // Enqueues everything on the streams; the host never waits for the device.
       Staged staged = body(*executor_);
+      staged.job.tag = tag;
       executor_->run(std::move(staged.job), timeout_);
       if (staged.finish) staged.finish();
     } catch (const PeerError& e) {

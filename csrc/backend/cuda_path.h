@@ -45,13 +45,17 @@ class CudaWork;
 
 class CudaPath {
  public:
+  // `tracer`: RINGCOLL_TRACE's (null when off); it records host times only
+  // (algo/trace.h).
   CudaPath(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-           std::chrono::milliseconds timeout, const Knobs& knobs, c10::DeviceIndex device);
+           std::chrono::milliseconds timeout, const Knobs& knobs, c10::DeviceIndex device,
+           algo::Tracer* tracer = nullptr);
   ~CudaPath();
 
   c10::DeviceIndex device() const { return device_; }
 
-  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const std::string& label,
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const algo::TraceTag& tag,
+                                        const std::string& label,
                                         uint64_t seq, const std::vector<at::Tensor>& inputs,
                                         std::vector<at::Tensor> outputs, const Body& body);
 

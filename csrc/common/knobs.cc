@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <sys/stat.h>
 #include <vector>
 
 #include "common/errors.h"
@@ -16,7 +17,7 @@ const std::vector<std::string>& knownNames() {
   static const std::vector<std::string> names = {
       "RINGCOLL_ALGO", "RINGCOLL_TRANSPORT", "RINGCOLL_CHUNK_BYTES",
       "RINGCOLL_INLINE_BYTES", "RINGCOLL_HOST", "RINGCOLL_DEBUG",
-      "RINGCOLL_FINGERPRINT",
+      "RINGCOLL_FINGERPRINT", "RINGCOLL_TRACE",
       // Read by the build (setup.py) and by Python (ringcoll.model), not by the
       // backend; listed so they are not reported as unknown.
       "RINGCOLL_CUDA", "RINGCOLL_MODEL"};
@@ -57,6 +58,14 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
     k.debug = parseBool(name, value);
   } else if (name == "RINGCOLL_FINGERPRINT") {
     k.fingerprint = parseBool(name, value);
+  } else if (name == "RINGCOLL_TRACE") {
+    // The directory is created (and its files opened) with the backend; a path that
+    // exists already must be a directory.
+    struct stat st;
+    RC_CHECK_ARG(value.empty() || stat(value.c_str(), &st) != 0 || S_ISDIR(st.st_mode), name,
+                 "='", value, "' exists and is not a directory (expected a directory for "
+                 "the trace files, or empty for no trace)");
+    k.trace = value;
   } else if (name == "RINGCOLL_CUDA" || name == "RINGCOLL_MODEL") {
     // build-time only / read by Python (ringcoll.model)
   } else {
@@ -89,7 +98,8 @@ std::string Knobs::describe() const {
   return RC_STR("RINGCOLL_ALGO=", algo, " RINGCOLL_TRANSPORT=", transport,
                 " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_INLINE_BYTES=", inlineBytes,
                 " RINGCOLL_HOST=", host.empty() ? "(auto)" : host,
-                " RINGCOLL_DEBUG=", debug ? 1 : 0, " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0);
+                " RINGCOLL_DEBUG=", debug ? 1 : 0, " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0,
+                " RINGCOLL_TRACE=", trace);
 }
 
 }  // namespace ringcoll

@@ -31,6 +31,12 @@
 //                                                ranks disagreeing about it
 //                                                (algo/fingerprint.h); 0: skip it, to
 //                                                measure what it costs
+//   trace        RINGCOLL_TRACE         (off)    a directory: every rank writes a
+//                                                Chrome/Perfetto trace of each
+//                                                collective's steps there
+//                                                (backend/trace_writer.h; merge with
+//                                                python -m ringcoll.trace DIR); created
+//                                                if missing; empty: off
 //   (Python)     RINGCOLL_MODEL         (none)   the cost model calibration (JSON, from
 //                                                python -m ringcoll.model --calibrate)
 //                                                that auto and ringcoll.model use; unset:
@@ -56,6 +62,7 @@ struct Knobs {
   std::string host;
   bool debug = false;
   bool fingerprint = true;
+  std::string trace;  // "" = off
 
   static constexpr size_t kMinChunkBytes = 64;
 
