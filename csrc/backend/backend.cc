@@ -147,6 +147,14 @@ void RingcollBackend::stop(Stop how) {
   }
 }
 
+void RingcollBackend::throwIfStopped(const std::string& label) const {
+  if (const int how = stop_.load()) {
+    C10_THROW_ERROR(DistBackendError,
+                    c10::str(label, ": the process group was ",
+                             how == static_cast<int>(Stop::kAbort) ? "aborted" : "shut down"));
+  }
+}
+
 std::string RingcollBackend::brokenReason() {
   std::lock_guard<std::mutex> lock(brokenMutex_);
   return broken_;
@@ -255,11 +263,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
                                                        Body body) {
   const uint64_t seq = ++seq_;
   const std::string label = RingcollWork::label(op, seq, getRank(), getSize());
-  if (const int how = stop_.load()) {
-    C10_THROW_ERROR(DistBackendError,
-                    c10::str(label, ": the process group was ",
-                             how == static_cast<int>(Stop::kAbort) ? "aborted" : "shut down"));
-  }
+  throwIfStopped(label);
   fp.seq = seq;
   fp.rank = getRank();
   const at::Tensor* first = !inputs.empty() ? &inputs[0] : (!outputs.empty() ? &outputs[0] : nullptr);
@@ -333,12 +337,7 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
                         c10::str(t.label, ": the group is unusable after an earlier "
                                           "failure: ", why));
       }
-      if (const int how = stop_.load()) {
-        C10_THROW_ERROR(DistBackendError,
-                        c10::str(t.label, ": the process group was ",
-                                 how == static_cast<int>(Stop::kAbort) ? "aborted"
-                                                                       : "shut down"));
-      }
+      throwIfStopped(t.label);  // queued before abort()/shutdown()
       t.started = Clock::now();
       t.staged = t.body(*executor_);
       algo::Job& job = t.staged->job;

@@ -130,6 +130,8 @@ class RingcollBackend final : public c10d::Backend {
   // Between slices of a CPU collective: throws if it must end now (a peer's report
   // in the store, abort(), shutdown() with no progress for kShutdownGrace).
   void checkInterrupts(const CpuTask& task);
+  // A collective called, or started, after abort()/shutdown() fails at once.
+  void throwIfStopped(const std::string& label) const;
   // What another rank reported in the group's store (a disagreement), "" if none.
   std::string peerReport();
   // The first failure of this group, as this rank saw or learnt it; "" if none.
