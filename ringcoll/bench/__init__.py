@@ -3,6 +3,7 @@
     python -m ringcoll.bench                       # default device, a few processes
     python -m ringcoll.bench -b 8 -e 64M -f 2 --nproc 2,4 --budget 1 -R 5
     torchrun --nproc_per_node=4 -m ringcoll.bench  # same, under torchrun
+    python -m ringcoll.bench --share-gpu --nproc 2,4 -e 128M  # ranks share one GPU
 
 Sweeps sizes for all-reduce, reduce-scatter and all-gather; runs ringcoll and the
 baseline (gloo on CPU; NCCL and NCCL with NCCL_ALGO=Ring on GPU) in the same run;
@@ -76,8 +77,15 @@ def parse_args(argv=None):
                          "ringcoll,nccl,nccl-ring (cuda)")
     ap.add_argument("--nproc", default=None,
                     help="world sizes to spawn, comma separated; default 2,4 on cpu, "
-                         "all visible GPUs on cuda (ignored under torchrun)")
+                         "all visible GPUs on cuda, 2,4 with --share-gpu on a machine "
+                         "with one GPU (ignored under torchrun)")
     ap.add_argument("--device", default=None, choices=["cpu", "cuda"])
+    ap.add_argument("--share-gpu", action="store_true",
+                    help="cuda: let the ranks share the visible GPUs (ringcoll/gpu.py: a "
+                         "per-rank NCCL_HOSTID puts every backend on NCCL's socket "
+                         "transport over loopback). A like-for-like comparison of "
+                         "algorithms and per-call overheads on one transport, not of "
+                         "NVLink speed")
     ap.add_argument("--algo", default=None, help="RINGCOLL_ALGO for the ringcoll group")
     ap.add_argument("--transport", default="auto", choices=["auto", "shm", "gloo"],
                     help="ringcoll's transport (ringcoll.Options(transport=...)); default auto")
@@ -95,10 +103,19 @@ def parse_args(argv=None):
     if args.nproc is None:
         if args.device == "cuda":
             import torch
-            args.nproc = str(max(1, torch.cuda.device_count()))
+            ngpu = torch.cuda.device_count()
+            if ngpu < 2:  # one GPU: several ranks share it (see --share-gpu)
+                args.share_gpu, args.nproc = True, "2,4"
+            else:
+                args.nproc = str(ngpu)
         else:
             args.nproc = "2,4"
     args.nproc = [int(x) for x in args.nproc.split(",")]
+    if args.device == "cuda" and not args.share_gpu:
+        import torch
+        if max(args.nproc) > torch.cuda.device_count():
+            ap.error(f"--nproc {max(args.nproc)} > {torch.cuda.device_count()} visible GPUs; "
+                     "add --share-gpu to let ranks share a GPU over NCCL's socket transport")
     if args.runs < 1 or args.iters < 1 or args.max_calls < args.iters or args.budget < 0:
         ap.error(f"need -R >= 1, 1 <= -n <= --max-calls, --budget >= 0 (got -R {args.runs}, "
                  f"-n {args.iters}, --max-calls {args.max_calls}, --budget {args.budget})")
@@ -115,7 +132,8 @@ def _init_world(rank, p, store_path, device):
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
     if device == "cuda":
-        torch.cuda.set_device(rank % torch.cuda.device_count())
+        from ringcoll.gpu import device_for
+        torch.cuda.set_device(device_for(rank, torch.cuda.device_count()))
     kw = {"init_method": f"file://{store_path}", "rank": rank, "world_size": p} if store_path else {}
     # The default group is gloo: it carries the benchmark's own barriers and
     # timing reductions, never the measured traffic.
@@ -134,6 +152,9 @@ def _world(args, meta):
 
 def _spawned(rank, p, store_path, args, env, q, world=None):
     os.environ.update(env)
+    if args.device == "cuda" and getattr(args, "share_gpu", False):
+        from ringcoll.gpu import share_gpu_env
+        os.environ.update(share_gpu_env(rank))
     try:
         import torch.distributed as dist
 
@@ -192,7 +213,7 @@ def machine_meta(args, nprocs, memcpy):
             "device": args.device, "nproc": nprocs, "dtype": args.dtype, "op": args.op,
             "transport": args.transport, "algo": args.algo, "budget_s": args.budget,
             "runs": args.runs, "min_calls": args.iters, "max_calls": args.max_calls,
-            "warmup": args.warmup,
+            "warmup": args.warmup, "share_gpu": getattr(args, "share_gpu", False),
             "method": "per-call synchronous timing; per run the slowest rank's median "
                       "per-call time; per point the median over runs, spread = min-max",
             "memcpy_gbps": statistics.median(memcpy.values()) if memcpy else None,
@@ -203,6 +224,10 @@ def emit(rows, args, meta):
     per_world = ", ".join(f"{k}: {v:.2f}" for k, v in meta["memcpy_gbps_per_world"].items())
     print(f"# physical reference: single-core memcpy (64 MiB float32 copy_, 1 thread) "
           f"{meta['memcpy_gbps']:.2f} GB/s ({per_world})")
+    if meta.get("share_gpu"):
+        print("# --share-gpu: the ranks share the GPU and every backend runs over NCCL's "
+              "socket transport on loopback; ratios compare algorithms and per-call "
+              "overheads on one transport, not NVLink speed")
     print(f"# per point: median over {args.runs} runs of the slowest rank's per-call median, "
           f"min-max of the runs; budget {args.budget:g} s, {args.iters}-{args.max_calls} "
           f"calls per run; ringcoll transport {args.transport}")

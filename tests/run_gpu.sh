@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The GPU session in one command, on a machine with a CUDA build of torch and >= 1 GPU:
+# builds the CUDA variant of ringcoll in place, runs the GPU suite (tests/test_gpu.py:
+# with one GPU its multi-rank part runs 2, 3 and 4 ranks sharing it), and with
+# --bench also the like-for-like benchmark against NCCL (--share-gpu on one GPU).
+#
+#   bash tests/run_gpu.sh [--bench] [pytest args...]
+#
+# Logs and benchmark results go to $OUT (default ./gpu-out).
+# The system libstdc++ is preloaded: on images whose python loads an older one
+# first, any torch extension using std::ostringstream segfaults without it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+BENCH=0
+if [ "${1:-}" = "--bench" ]; then BENCH=1; shift; fi
+if [ -e /lib/x86_64-linux-gnu/libstdc++.so.6 ]; then
+  export LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6${LD_PRELOAD:+:$LD_PRELOAD}
+fi
+export PYTHONUNBUFFERED=1
+nvidia-smi -L | tee "$OUT/machine.txt" || true
+"$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())" | tee -a "$OUT/machine.txt"
+t0=$SECONDS
+# build_ext, not pip's editable install: pip may try to fetch setuptools.
+RINGCOLL_CUDA=1 MAX_JOBS=${MAX_JOBS:-16} "$PY" setup.py -q build_ext --inplace > "$OUT/build.log" 2>&1 \
+  || { tail -50 "$OUT/build.log"; exit 1; }
+echo "build took $(( SECONDS - t0 )) s" | tee -a "$OUT/machine.txt"
+"$PY" -c "import ringcoll; print('ringcoll', ringcoll.build_info())" | tee -a "$OUT/machine.txt"
+rc=0
+"$PY" -m pytest -q -rA -s tests/test_gpu.py "$@" 2>&1 | tee "$OUT/test_gpu.log" || rc=$?
+if [ "$BENCH" = 1 ]; then
+  "$PY" -m ringcoll.bench --device cuda --share-gpu --nproc 2,4 -b 2K -e 128M -f 4 \
+    --backends ringcoll,nccl-ring,nccl --budget 0.3 -R 3 -n 3 -w 2 \
+    --json "$OUT/bench.json" --csv "$OUT/bench.csv" --plot "$OUT/bench.png" \
+    2>&1 | tee "$OUT/bench.txt" || rc=$?
+fi
+exit $rc
