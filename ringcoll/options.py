@@ -21,6 +21,10 @@ class Options:
     debug: bool | None = None  # RINGCOLL_DEBUG
     fingerprint: bool | None = None  # RINGCOLL_FINGERPRINT
     trace: str | None = None  # RINGCOLL_TRACE: a directory for per-rank trace files
+    gpu_chunk_bytes: int | None = None  # RINGCOLL_GPU_CHUNK_BYTES (>= 64)
+    gpu_fingerprint: bool | None = None  # RINGCOLL_GPU_FINGERPRINT (experimental)
+    blocking_wait: bool | None = None  # RINGCOLL_BLOCKING_WAIT (CUDA)
+    async_error_handling: str | None = None  # RINGCOLL_ASYNC_ERROR_HANDLING: teardown | raise
 
     def overrides(self) -> dict[str, str]:
         """The fields that are set, keyed by their environment variable name."""
@@ -41,4 +45,12 @@ class Options:
             out["RINGCOLL_FINGERPRINT"] = "1" if self.fingerprint else "0"
         if self.trace is not None:
             out["RINGCOLL_TRACE"] = str(self.trace)
+        if self.gpu_chunk_bytes is not None:
+            out["RINGCOLL_GPU_CHUNK_BYTES"] = str(int(self.gpu_chunk_bytes))
+        if self.gpu_fingerprint is not None:
+            out["RINGCOLL_GPU_FINGERPRINT"] = "1" if self.gpu_fingerprint else "0"
+        if self.blocking_wait is not None:
+            out["RINGCOLL_BLOCKING_WAIT"] = "1" if self.blocking_wait else "0"
+        if self.async_error_handling is not None:
+            out["RINGCOLL_ASYNC_ERROR_HANDLING"] = str(self.async_error_handling)
         return out

@@ -29,10 +29,13 @@ RINGCOLL_CUDA=1 MAX_JOBS=${MAX_JOBS:-16} "$PY" setup.py -q build_ext --inplace >
 echo "build took $(( SECONDS - t0 )) s" | tee -a "$OUT/machine.txt"
 "$PY" -c "import ringcoll; print('ringcoll', ringcoll.build_info())" | tee -a "$OUT/machine.txt"
 rc=0
-"$PY" -m pytest -q -rA -s tests/test_gpu.py "$@" 2>&1 | tee "$OUT/test_gpu.log" || rc=$?
+# Bounded: a hang is a failure with a message, never a stuck session.
+timeout ${GPU_TEST_LIMIT_S:-1800} "$PY" -m pytest -q -rA -s tests/test_gpu.py "$@" 2>&1 \
+  | tee "$OUT/test_gpu.log" || rc=$?
 if [ "$BENCH" = 1 ]; then
-  "$PY" -m ringcoll.bench --device cuda --share-gpu --nproc 2,4 -b 2K -e 128M -f 4 \
-    --backends ringcoll,nccl-ring,nccl --budget 0.3 -R 3 -n 3 -w 2 \
+  timeout ${GPU_BENCH_LIMIT_S:-1800} "$PY" -m ringcoll.bench --device cuda --share-gpu \
+    --nproc 2,4 -b 4K -e 128M -f 8 --backends ringcoll,nccl-ring \
+    --budget ${GPU_BENCH_BUDGET_S:-0.3} -R 3 -n 3 -w 2 \
     --json "$OUT/bench.json" --csv "$OUT/bench.csv" --plot "$OUT/bench.png" \
     2>&1 | tee "$OUT/bench.txt" || rc=$?
 fi

@@ -205,11 +205,13 @@ def gpu_matrix(rank, p):
                 x = inputs[rank].cuda()
                 dist.all_reduce(x, op=cases.reduce_op(op))
                 check(same(x.cpu(), want), f"all_reduce {dtype} {op} n={n}")
-                if dtype != torch.bool:  # NCCL has no bool
+                if dtype != torch.bool and op not in ("BAND", "BOR", "BXOR"):
+                    # NCCL has no bool and no bitwise ops
                     y = inputs[rank].cuda()
                     dist.all_reduce(y, op=cases.reduce_op(op), group=nccl)
                     check(same(y.cpu(), want), f"nccl disagrees with the reference: "
                                                f"{dtype} {op} n={n}")
+                    check(same(y, x), f"ringcoll differs from nccl: {dtype} {op} n={n}")
                 for root in range(p):
                     z = inputs[rank].cuda()
                     dist.reduce(z, dst=root, op=cases.reduce_op(op))
@@ -343,3 +345,217 @@ def test_gpu_ddp_matches_nccl(p):
     for ring, ref in gpu_world(p, gpu_ddp, timeout=900):
         for a, b in zip(ring, ref):
             torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------- failures
+# Two ranks sharing the GPU (or on two GPUs), a 4 s group timeout. After a first
+# collective (the communicator exists), rank 1 is late by far more than the timeout,
+# or is killed. Rank 0 must learn it from the collective that failed, in time, and
+# no wrong result may reach its tensor: the reductions queued behind the stuck
+# transfer are stopped, so x keeps its input.
+
+PG_TIMEOUT_S = 4
+
+
+def _fail_env(mode):
+    return {"blocking": {"RINGCOLL_BLOCKING_WAIT": "1"},
+            "raise": {"RINGCOLL_ASYNC_ERROR_HANDLING": "raise"},
+            "teardown": {}}[mode]
+
+
+def gpu_peer_failure(rank, p, mode, what, stderr_path):
+    import os
+    import signal
+    import time
+
+    _set_device(rank)
+    x = torch.full((1 << 20,), float(rank + 1), device="cuda")
+    dist.all_reduce(x)  # the communicator is up; x = 3
+    torch.cuda.synchronize()
+    if rank == 1:
+        if what == "killed":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(PG_TIMEOUT_S + 6)  # late: rank 0 gave up long ago
+        return None
+    if mode == "teardown":
+        # The process ends in C++; its stderr goes to a file the test reads.
+        fd = os.open(stderr_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        os.dup2(fd, 2)
+    y = torch.full((1 << 20,), 5.0, device="cuda")
+    t0 = time.monotonic()
+    err = None
+    try:
+        w = dist.all_reduce(y, async_op=True)
+        w.wait()
+        torch.cuda.synchronize()
+        if mode != "blocking":
+            # async: the failure shows at the next call on the group
+            deadline = time.monotonic() + PG_TIMEOUT_S + 10
+            while time.monotonic() < deadline:
+                dist.all_reduce(torch.ones(1, device="cuda"))
+                torch.cuda.synchronize()
+                time.sleep(0.05)
+    except Exception as e:  # noqa: BLE001 - the error is what we test
+        err = f"{type(e).__name__}: {e}"
+    elapsed = time.monotonic() - t0
+    torch.cuda.synchronize()
+    return {"err": err, "elapsed": elapsed, "y_unchanged": bool(torch.all(y == 5.0))}
+
+
+@pytest.mark.parametrize("what", ["late", "killed"])
+@pytest.mark.parametrize("mode", ["blocking", "raise", "teardown"])
+def test_gpu_peer_failure_surfaces_in_the_collective(mode, what, tmp_path):
+    import time
+
+    stderr_path = str(tmp_path / "rank0.stderr")
+    t0 = time.monotonic()
+    res = gpu_world(2, gpu_peer_failure, mode, what, stderr_path, env=_fail_env(mode),
+                    pg_timeout_s=PG_TIMEOUT_S, may_exit=(0, 1) if mode == "teardown" else (1,),
+                    timeout=120)
+    if mode == "teardown":
+        assert res[0] is None, f"rank 0 should have been ended, returned {res[0]}"
+        text = open(stderr_path).read()
+        print(f"[{mode}/{what}] rank 0 stderr:\n{text.strip()}")
+        assert "ringcoll::all_reduce #2 (rank 0 of 2)" in text, text
+        assert "rank 1" in text and "RINGCOLL_ASYNC_ERROR_HANDLING=teardown" in text, text
+        assert time.monotonic() - t0 < 100
+        return
+    r0 = res[0]
+    print(f"[{mode}/{what}] rank 0 after {r0['elapsed']:.2f} s: {r0['err']}")
+    assert r0["err"] is not None, "the failed collective raised nothing"
+    assert "DistBackendError" in r0["err"], r0["err"]
+    assert "all_reduce #2 (rank 0 of 2)" in r0["err"], r0["err"]
+    assert "rank 1" in r0["err"], r0["err"]
+    if what == "late":
+        assert "Timed out after 4000 ms" in r0["err"], r0["err"]
+    # Within the group timeout (+ the watchdog's and the socket's reaction).
+    assert r0["elapsed"] < PG_TIMEOUT_S + 2, r0
+    assert r0["y_unchanged"], "a wrong result was written into the failed collective's tensor"
+
+
+def gpu_init_late(rank, p):
+    import time
+
+    _set_device(rank)
+    if rank == 1:
+        time.sleep(PG_TIMEOUT_S + 6)
+        return None
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(4, device="cuda"))
+        torch.cuda.synchronize()
+        return {"err": None, "elapsed": time.monotonic() - t0}
+    except Exception as e:  # noqa: BLE001
+        return {"err": f"{type(e).__name__}: {e}", "elapsed": time.monotonic() - t0}
+
+
+def test_gpu_init_times_out():
+    r0 = gpu_world(2, gpu_init_late, pg_timeout_s=PG_TIMEOUT_S, may_exit=(1,), timeout=120)[0]
+    print(f"[init] rank 0 after {r0['elapsed']:.2f} s: {r0['err']}")
+    assert r0["err"] and "Timed out after 4000 ms creating the NCCL communicator" in r0["err"], r0
+    assert r0["elapsed"] < PG_TIMEOUT_S + 2, r0
+
+
+def gpu_mismatch(rank, p, kind):
+    import time
+
+    _set_device(rank)
+    dist.all_reduce(torch.ones(4, device="cuda"))  # the communicator is up
+    torch.cuda.synchronize()
+    n, dtype, op = 1000, torch.float32, dist.ReduceOp.SUM
+    if rank == 1:
+        if kind == "op":
+            op = dist.ReduceOp.MAX
+        elif kind == "dtype":
+            dtype = torch.int32
+        elif kind == "count":
+            n = 1002
+    x = torch.full((n,), 7, dtype=dtype, device="cuda")
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(x, op=op)
+        torch.cuda.synchronize()
+        err = None
+    except Exception as e:  # noqa: BLE001
+        err = f"{type(e).__name__}: {e}"
+    torch.cuda.synchronize()
+    return {"err": err, "elapsed": time.monotonic() - t0, "unchanged": bool(torch.all(x == 7))}
+
+
+@pytest.mark.parametrize("kind", ["op", "dtype", "count"])
+def test_gpu_fingerprint_mismatch(kind):
+    """The header rides in the first batch and is compared on the device: with
+    blocking wait, every rank raises naming both calls, and no reduction runs.
+    (Receives that land in place, the all-gather phase's, are already enqueued when
+    the check runs: on the GPU the tensor is not guaranteed untouched, only never
+    reduced with a disagreeing peer's data and never returned without an error.)"""
+    res = gpu_world(2, gpu_mismatch, kind,
+                    env={"RINGCOLL_BLOCKING_WAIT": "1", "RINGCOLL_GPU_FINGERPRINT": "1"},
+                    pg_timeout_s=PG_TIMEOUT_S, timeout=120)
+    for r, out in enumerate(res):
+        print(f"[mismatch {kind}] rank {r} after {out['elapsed']:.2f} s: {out['err']}")
+    for r, out in enumerate(res):
+        assert out["err"] is not None, f"rank {r}: nothing raised"
+        assert "DistBackendError" in out["err"], out
+        if kind == "count":
+            # Message sizes differ from the first batch on, so NCCL may never complete
+            # it and the check never runs: then the group's timeout ends it.
+            assert out["elapsed"] < PG_TIMEOUT_S + 2, out
+            continue
+        assert "rank 0 called all_reduce" in out["err"] and "rank 1 called all_reduce" in out["err"], out
+        assert out["elapsed"] < 1.5, out
+
+
+def gpu_abort(rank, p):
+    import time
+
+    _set_device(rank)
+    dist.all_reduce(torch.ones(4, device="cuda"))
+    torch.cuda.synchronize()
+    if rank == 1:
+        time.sleep(PG_TIMEOUT_S + 4)
+        return None
+    x = torch.ones(1 << 20, device="cuda")
+    w = dist.all_reduce(x, async_op=True)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    dist.distributed_c10d._abort_process_group()
+    took = time.monotonic() - t0
+    try:
+        w.wait()
+        err = None
+    except Exception as e:  # noqa: BLE001
+        err = f"{type(e).__name__}: {e}"
+    torch.cuda.synchronize()
+    return {"abort_s": took, "err": err, "unchanged": bool(torch.all(x == 1))}
+
+
+def test_gpu_abort_releases_a_stuck_collective():
+    r0 = gpu_world(2, gpu_abort, env={"RINGCOLL_ASYNC_ERROR_HANDLING": "raise"},
+                   pg_timeout_s=PG_TIMEOUT_S, may_exit=(1,), timeout=120)[0]
+    print(f"[abort] {r0}")
+    assert r0["abort_s"] < 2.5, r0
+    assert r0["err"] and "aborted" in r0["err"], r0
+    assert r0["unchanged"], r0
+
+
+def gpu_fingerprint_roots(rank, p):
+    """Back-to-back reduce calls with every root and tiny counts, with the device
+    fingerprint on: no call may report a mismatch."""
+    _set_device(rank)
+    for n in (0, 1, p + 1):
+        for root in range(p):
+            x = torch.ones(n, device="cuda")
+            dist.reduce(x, dst=root)
+            torch.cuda.synchronize()
+    return True
+
+
+@pytest.mark.xfail(strict=True, reason="known bug, seen on the first GPU run (2026-11-23): "
+                   "with RINGCOLL_GPU_FINGERPRINT=1, reduce #k+1 read reduce #k's header "
+                   "from a ring neighbour and reported a false mismatch; the device "
+                   "fingerprint is off by default until this passes")
+def test_gpu_fingerprint_no_false_mismatch():
+    gpu_world(3, gpu_fingerprint_roots, env={"RINGCOLL_GPU_FINGERPRINT": "1",
+                                             "RINGCOLL_BLOCKING_WAIT": "1"},
+              pg_timeout_s=PG_TIMEOUT_S, timeout=120)

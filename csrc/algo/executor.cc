@@ -39,6 +39,18 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
     headersOpen_ = 2 * headers_.size();
     headersChecked_ = headers_.empty();
   }
+  if (job_.checked && transport_.streamOrdered()) {
+    // The device check (executor.h): the same peers, headers in the first batch.
+    auto add = [this](int peer) {
+      if (peer < 0 || peer == transport_.rank() ||
+          std::find(devPeers_.begin(), devPeers_.end(), peer) != devPeers_.end()) {
+        return;
+      }
+      devPeers_.push_back(peer);
+    };
+    for (const auto& c : plan_.channels) add(c.peer);
+    for (int peer : job_.neighbours) add(peer);
+  }
   for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
     // Every earlier collective's sends completed before it did, so the transport's
     // count of completed sends restarts from here for this one (after the header).
@@ -315,7 +327,8 @@ bool Execution::progress() {
   const size_t before = remaining_;
   waitPeer_ = -1;
   if (transport_.streamOrdered()) {
-    runPrologue();  // stream-ordered transports skip the fingerprint
+    // The prologue cannot wait for the device's header check (executor.h).
+    runPrologue();
     const bool moved = progressWaves() || remaining_ != before;
     if (moved) lastMove_ = Clock::now();
     if (trace_ && done()) commitTrace(true);

@@ -65,7 +65,13 @@ struct Job {
   // by sending `fingerprint` to every peer of its schedule and to `neighbours`
   // (this rank's ring neighbours) and receiving theirs; no payload is received,
   // and nothing is written to buf, before every one of them matched. A mismatch
-  // throws MismatchError naming both calls. Stream-ordered transports skip it.
+  // throws MismatchError naming both calls. On a stream-ordered transport (NCCL)
+  // the host cannot look at a received header without synchronising: the headers
+  // go in the first wave's batch, and the reducer compares them on the device
+  // (Reducer::checkHeader) in stream order before any received payload is
+  // consumed; a mismatch stops every later kernel of the reducer, and the backend
+  // reports it (backend/cuda_path.h). There the prologue runs before the check
+  // (the first wave may send what it writes).
   bool checked = false;
   Fingerprint fingerprint;
   std::vector<int> neighbours;
@@ -148,6 +154,9 @@ class Execution {
   std::vector<HeaderState> headers_;  // channel ci's peer is headers_[ci]
   size_t headersOpen_ = 0;            // unchecked receives + uncompleted sends
   bool headersChecked_ = true;        // every received header matched
+  std::vector<int> devPeers_;         // stream-ordered: the peers of the device check
+  bool devPosted_ = false;            // ... their headers are in a batch
+  bool devChecked_ = false;           // ... and their check is enqueued
   bool prologueDone_;                 // job_.prologue ran (or there is none)
   size_t elemSize_;
   bool streaming_;  // the buffer is larger than the reducer's streamingBytes()

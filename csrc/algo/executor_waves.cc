@@ -11,6 +11,37 @@ namespace ringcoll::algo {
 
 bool Execution::progressWaves() {
   const auto& waves = plan_.waves;
+  // The fingerprint on the device (executor.h): this rank's header out to every
+  // peer and theirs in, ahead of the first wave's transfers and in its batch (a
+  // batch of their own when there is no wave).
+  // The sender's rank is not part of the call: it is left out (-1) of the bytes
+  // sent and compared, and the backend names the peer when it reports.
+  Fingerprint header = job_.fingerprint;
+  header.rank = -1;
+  if (!devPosted_ && !devPeers_.empty()) {
+    void* mine = reducer_.headerSlot(0);
+    reducer_.writeHeader(mine, &header, sizeof(Fingerprint));
+    for (int peer : devPeers_) {
+      const bool posted =
+          transport_.trySend(peer, mine, sizeof(Fingerprint)) &&
+          transport_.tryPostRecv(peer, reducer_.headerSlot(1 + static_cast<size_t>(peer)),
+                                 sizeof(Fingerprint));
+      RC_ASSERT(posted, "a stream-ordered transport refused a header");
+    }
+    devPosted_ = true;
+    if (waves.empty()) transport_.flush();
+  }
+  // Compared before any payload received with them is consumed.
+  if (devPosted_ && !devChecked_ && (waves.empty() || waveConsumed_ < wavePosted_)) {
+    for (int peer : devPeers_) {
+      const void* view = transport_.recvView(peer);
+      RC_ASSERT(view != nullptr, "no view of a posted header receive from rank ", peer);
+      reducer_.checkHeader(view, &header, sizeof(Fingerprint), peer);
+      transport_.releaseRecv(peer);
+    }
+    devChecked_ = true;
+    return true;
+  }
   // Post the next wave, at most one ahead of the consumed ones, once every transfer
   // in it is ready: one batch, the same on every rank.
   if (wavePosted_ < waves.size() && wavePosted_ <= waveConsumed_ + 1) {

@@ -127,12 +127,13 @@ void RingcollBackend::stop(Stop how) {
   // GIL. destroy_process_group frees the backend with the GIL held, so release it
   // while joining, or the two threads deadlock. The worker's tasks see stop_ within
   // kReportPoll and fail (queued ones at once), so the join is prompt.
-  auto join = [this] {
+  auto join = [this, how] {
     worker_.reset();
     // Nothing runs on them any more: unmap the shared memory, close the lanes.
     executor_.reset();
     transport_.reset();
 #ifdef RINGCOLL_WITH_CUDA
+    if (cuda_ && how == Stop::kAbort) cuda_->abort("the process group was aborted (abort())");
     cuda_.reset();
 #endif
     // Every execution is gone: write the rest of the trace and close the file.
@@ -281,8 +282,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
     TORCH_CHECK(first->device().index() == path->device(), "ringcoll::", op,
                 ": tensor is on cuda:", static_cast<int>(first->device().index()),
                 " but this process group is bound to cuda:", static_cast<int>(path->device()));
-    auto work = path->launch(type, traceTag(op, seq), label, seq, inputs, std::move(outputs),
-                             body);
+    auto work = path->launch(type, traceTag(op, seq), label, seq, fp, timeout, inputs,
+                             std::move(outputs), body);
     afterCollective();
     return work;
 #else

@@ -17,7 +17,8 @@ const std::vector<std::string>& knownNames() {
   static const std::vector<std::string> names = {
       "RINGCOLL_ALGO", "RINGCOLL_TRANSPORT", "RINGCOLL_CHUNK_BYTES",
       "RINGCOLL_INLINE_BYTES", "RINGCOLL_HOST", "RINGCOLL_DEBUG",
-      "RINGCOLL_FINGERPRINT", "RINGCOLL_TRACE",
+      "RINGCOLL_FINGERPRINT", "RINGCOLL_TRACE", "RINGCOLL_GPU_CHUNK_BYTES",
+      "RINGCOLL_BLOCKING_WAIT", "RINGCOLL_ASYNC_ERROR_HANDLING", "RINGCOLL_GPU_FINGERPRINT",
       // Read by the build (setup.py) and by Python (ringcoll.model), not by the
       // backend; listed so they are not reported as unknown.
       "RINGCOLL_CUDA", "RINGCOLL_MODEL"};
@@ -50,6 +51,16 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
   } else if (name == "RINGCOLL_CHUNK_BYTES") {
     // Below 64 bytes a segment would not hold one float64 pair of 16-byte packs.
     k.chunkBytes = parseBytes(name, value, static_cast<long long>(Knobs::kMinChunkBytes));
+  } else if (name == "RINGCOLL_GPU_CHUNK_BYTES") {
+    k.gpuChunkBytes = parseBytes(name, value, static_cast<long long>(Knobs::kMinChunkBytes));
+  } else if (name == "RINGCOLL_GPU_FINGERPRINT") {
+    k.gpuFingerprint = parseBool(name, value);
+  } else if (name == "RINGCOLL_BLOCKING_WAIT") {
+    k.blockingWait = parseBool(name, value);
+  } else if (name == "RINGCOLL_ASYNC_ERROR_HANDLING") {
+    RC_CHECK_ARG(value == "teardown" || value == "raise", name, "='", value,
+                 "' is not one of teardown, raise");
+    k.asyncErrorHandling = value;
   } else if (name == "RINGCOLL_INLINE_BYTES") {
     k.inlineBytes = parseBytes(name, value, 0);
   } else if (name == "RINGCOLL_HOST") {
@@ -90,8 +101,9 @@ Knobs Knobs::load(const std::map<std::string, std::string>& overrides) {
 
 std::string Knobs::shared() const {
   return RC_STR("RINGCOLL_ALGO=", algo, " RINGCOLL_TRANSPORT=", transport,
-                " RINGCOLL_CHUNK_BYTES=", chunkBytes,
-                " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0);
+                " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_GPU_CHUNK_BYTES=", gpuChunkBytes,
+                " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0,
+                " RINGCOLL_GPU_FINGERPRINT=", gpuFingerprint ? 1 : 0);
 }
 
 std::string Knobs::describe() const {
@@ -99,7 +111,10 @@ std::string Knobs::describe() const {
                 " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_INLINE_BYTES=", inlineBytes,
                 " RINGCOLL_HOST=", host.empty() ? "(auto)" : host,
                 " RINGCOLL_DEBUG=", debug ? 1 : 0, " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0,
-                " RINGCOLL_TRACE=", trace);
+                " RINGCOLL_TRACE=", trace, " RINGCOLL_GPU_CHUNK_BYTES=", gpuChunkBytes,
+                " RINGCOLL_GPU_FINGERPRINT=", gpuFingerprint ? 1 : 0,
+                " RINGCOLL_BLOCKING_WAIT=", blockingWait ? 1 : 0,
+                " RINGCOLL_ASYNC_ERROR_HANDLING=", asyncErrorHandling);
 }
 
 }  // namespace ringcoll

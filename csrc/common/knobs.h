@@ -17,6 +17,34 @@
 //                                                whole elements); at least 64; each
 //                                                shared-memory slot and gloo staging
 //                                                buffer is this size
+//   gpuChunkBytes RINGCOLL_GPU_CHUNK_BYTES 33554432  the same for CUDA tensors (the NCCL
+//                                                transport's segment and staging
+//                                                buffer). Larger than the CPU one: each
+//                                                segment is one ncclGroup launch, and a
+//                                                launch costs a round trip, so a ring
+//                                                step up to this size is one launch
+//   gpuFingerprint RINGCOLL_GPU_FINGERPRINT 0    1: CUDA collectives carry the header
+//                                                too, in their first NCCL batch, compared
+//                                                on the device (algo/executor.h);
+//                                                experimental and off: its first GPU run
+//                                                (2026-11-23) reported a false mismatch
+//                                                (a stale header) in back-to-back reduce
+//                                                calls with different roots
+//   blockingWait RINGCOLL_BLOCKING_WAIT 0        CUDA: 1: Work.wait() blocks the host
+//                                                until the collective finished and
+//                                                raises on failure or timeout; 0: it
+//                                                orders the caller's stream (the
+//                                                default, as ProcessGroupNCCL)
+//   asyncErrorHandling RINGCOLL_ASYNC_ERROR_HANDLING teardown  CUDA, when wait()
+//                                                does not block: what the watchdog does
+//                                                on a timeout or NCCL error after
+//                                                aborting the communicator. teardown:
+//                                                print the error (op, sequence number,
+//                                                rank, peer) to stderr and end the
+//                                                process (SIGABRT), as ProcessGroupNCCL
+//                                                does, so no wrong result is used;
+//                                                raise: fail the Work and raise at the
+//                                                next call on the group
 //   inlineBytes  RINGCOLL_INLINE_BYTES  262144   CPU collectives up to this size run on
 //                                                the calling thread when nothing else is
 //                                                queued (no thread hand-off); 0: never
@@ -58,6 +86,10 @@ struct Knobs {
   std::string algo = "ring";
   std::string transport = "auto";
   size_t chunkBytes = size_t{1} << 20;
+  size_t gpuChunkBytes = size_t{32} << 20;
+  bool gpuFingerprint = false;
+  bool blockingWait = false;
+  std::string asyncErrorHandling = "teardown";
   size_t inlineBytes = size_t{256} << 10;
   std::string host;
   bool debug = false;

@@ -3,6 +3,9 @@
 // reducer). Every element op is the shared functor, so float16/bfloat16/float8
 // widen to float for the op and round to nearest even once.
 #include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <new>
 
 #include "common/cuda_check.h"
 #include "reduce/cuda_reducer.h"
@@ -21,8 +24,19 @@ unsigned blocksFor(size_t work) {
   return static_cast<unsigned>(std::max<size_t>(1, std::min(b, kMaxBlocks)));
 }
 
+// The stop word (CudaReducer's contract): read once per block, by one thread, from
+// host-mapped memory; every kernel returns without touching memory when it is set.
+__device__ __forceinline__ bool stopped(const volatile int* stop) {
+  __shared__ int skip;
+  if (threadIdx.x == 0) skip = stop != nullptr ? *stop : 0;
+  __syncthreads();
+  return skip != 0;
+}
+
 template <typename T, typename Op>
-__global__ void reduceKernel(T* dst, const T* a, const T* b, size_t count, VecSplit s) {
+__global__ void reduceKernel(T* dst, const T* a, const T* b, size_t count, VecSplit s,
+                             const volatile int* stop) {
+  if (stopped(stop)) return;
   const size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = tid; i < s.head; i += stride) dst[i] = applyOp<T, Op>(a[i], b[i]);
@@ -46,7 +60,8 @@ __global__ void reduceKernel(T* dst, const T* a, const T* b, size_t count, VecSp
 }
 
 template <typename T>
-__global__ void divideKernel(T* buf, size_t count, int divisor) {
+__global__ void divideKernel(T* buf, size_t count, int divisor, const volatile int* stop) {
+  if (stopped(stop)) return;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride) {
@@ -55,7 +70,8 @@ __global__ void divideKernel(T* buf, size_t count, int divisor) {
 }
 
 template <typename T>
-__global__ void multiplyKernel(T* buf, size_t count, double factor) {
+__global__ void multiplyKernel(T* buf, size_t count, double factor, const volatile int* stop) {
+  if (stopped(stop)) return;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < count;
        i += stride) {
@@ -63,10 +79,53 @@ __global__ void multiplyKernel(T* buf, size_t count, double factor) {
   }
 }
 
+// dst = src, bytes: 16-byte packs between a byte head and tail (vectorSplit with
+// one-byte elements).
+__global__ void copyKernel(char* dst, const char* src, size_t bytes, VecSplit s,
+                           const volatile int* stop) {
+  if (stopped(stop)) return;
+  const size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = tid; i < s.head; i += stride) dst[i] = src[i];
+  uint4* dp = reinterpret_cast<uint4*>(dst + s.head);
+  const uint4* sp = reinterpret_cast<const uint4*>(src + s.head);
+  for (size_t k = tid; k < s.packs; k += stride) dp[k] = sp[k];
+  for (size_t i = bytes - s.tail + tid; i < bytes; i += stride) dst[i] = src[i];
+}
+
+// The fingerprint check (algo/fingerprint.h) on the device: one block of
+// kHeaderBytes threads compares the received header with the expected one; on a
+// difference the first such kernel records both and the peer in the control
+// block, then sets the stop word.
+__global__ void checkHeaderKernel(const uint8_t* got, HeaderBytes want, int peer,
+                                  DeviceControl* ctl) {
+  if (stopped(&ctl->stop)) return;
+  const int i = threadIdx.x;
+  const bool differs = __syncthreads_or(got[i] != want.b[i]);
+  if (!differs) return;
+  // Check kernels run one after another on the reducer's one stream: no race for
+  // the record, and no atomics on host-mapped memory.
+  if (ctl->mismatchPeer != -1) return;
+  __syncthreads();
+  if (i == 0) ctl->mismatchPeer = peer;
+  ctl->want[i] = want.b[i];
+  ctl->got[i] = got[i];
+  __threadfence_system();
+  __syncthreads();
+  if (i == 0) {
+    ctl->stop = 1;
+    __threadfence_system();
+  }
+}
+
+__global__ void writeHeaderKernel(uint8_t* dst, HeaderBytes bytes) {
+  dst[threadIdx.x] = bytes.b[threadIdx.x];
+}
+
 }  // namespace
 
 cudaError_t launchReduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
-                         RedOp op, cudaStream_t stream) {
+                         RedOp op, cudaStream_t stream, const volatile int* stop) {
   if (count == 0) return cudaSuccess;
   if (!opSupported(op, dtype)) return cudaErrorInvalidValue;
   return dispatchDType(dtype, [&](auto tag) {
@@ -78,37 +137,97 @@ cudaError_t launchReduce(void* dst, const void* a, const void* b, size_t count, 
                                      reinterpret_cast<uintptr_t>(b), count, sizeof(T));
       const size_t work = std::max(s.packs, s.head + s.tail);
       reduceKernel<T, Op><<<blocksFor(work), kThreads, 0, stream>>>(
-          static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), count, s);
+          static_cast<T*>(dst), static_cast<const T*>(a), static_cast<const T*>(b), count, s,
+          stop);
       return cudaGetLastError();
     });
   });
 }
 
 cudaError_t launchDivide(void* buf, size_t count, DType dtype, int divisor,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, const volatile int* stop) {
   if (count == 0) return cudaSuccess;
   return dispatchDType(dtype, [&](auto tag) {
     using T = decltype(tag);
     divideKernel<T><<<blocksFor(count), kThreads, 0, stream>>>(static_cast<T*>(buf), count,
-                                                              divisor);
+                                                              divisor, stop);
     return cudaGetLastError();
   });
 }
 
 cudaError_t launchMultiply(void* buf, size_t count, DType dtype, double factor,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, const volatile int* stop) {
   if (count == 0) return cudaSuccess;
   return dispatchDType(dtype, [&](auto tag) {
     using T = decltype(tag);
     multiplyKernel<T><<<blocksFor(count), kThreads, 0, stream>>>(static_cast<T*>(buf), count,
-                                                                factor);
+                                                                factor, stop);
     return cudaGetLastError();
   });
 }
 
+CudaReducer::CudaReducer(cudaStream_t stream, size_t headerSlots)
+    : stream_(stream), headerSlots_(headerSlots) {
+  // Host-mapped: the host sets `stop` with a plain store, with no CUDA call that
+  // could queue behind a stuck kernel, and reads a device-detected mismatch without
+  // synchronising.
+  void* host = nullptr;
+  RC_CUDA_CHECK(cudaHostAlloc(&host, sizeof(DeviceControl), cudaHostAllocMapped));
+  control_ = new (host) DeviceControl();
+  void* dev = nullptr;
+  RC_CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));
+  deviceControl_ = static_cast<DeviceControl*>(dev);
+  RC_CUDA_CHECK(cudaMalloc(&headers_, headerSlots_ * kHeaderBytes));
+}
+
+CudaReducer::~CudaReducer() {
+  // No throw in a destructor; cudaFree waits for the kernels that use the buffer.
+  if (headers_) cudaFree(headers_);
+  if (control_) cudaFreeHost(control_);
+}
+
+void CudaReducer::stopKernels() {
+  control_->stop = 1;
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+int CudaReducer::mismatchPeer() const {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return control_->stop ? control_->mismatchPeer : -1;
+}
+
+void CudaReducer::mismatchBytes(uint8_t* want, uint8_t* got) const {
+  for (size_t i = 0; i < kHeaderBytes; ++i) {
+    want[i] = control_->want[i];
+    got[i] = control_->got[i];
+  }
+}
+
+void* CudaReducer::headerSlot(size_t slot) {
+  RC_ASSERT(slot < headerSlots_, "header slot ", slot, " of ", headerSlots_);
+  return static_cast<char*>(headers_) + slot * kHeaderBytes;
+}
+
+void CudaReducer::writeHeader(void* dst, const void* bytes, size_t n) {
+  RC_ASSERT(n == kHeaderBytes, "a header of ", n, " bytes");
+  HeaderBytes h;
+  std::memcpy(h.b, bytes, kHeaderBytes);
+  writeHeaderKernel<<<1, kHeaderBytes, 0, stream_>>>(static_cast<uint8_t*>(dst), h);
+  RC_CUDA_CHECK(cudaGetLastError());
+}
+
+void CudaReducer::checkHeader(const void* got, const void* want, size_t n, int peer) {
+  RC_ASSERT(n == kHeaderBytes, "a header of ", n, " bytes");
+  HeaderBytes h;
+  std::memcpy(h.b, want, kHeaderBytes);
+  checkHeaderKernel<<<1, kHeaderBytes, 0, stream_>>>(static_cast<const uint8_t*>(got), h, peer,
+                                                     deviceControl_);
+  RC_CUDA_CHECK(cudaGetLastError());
+}
+
 void CudaReducer::reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
                          RedOp op) {
-  RC_CUDA_CHECK(launchReduce(dst, a, b, count, dtype, op, stream_));
+  RC_CUDA_CHECK(launchReduce(dst, a, b, count, dtype, op, stream_, stopWord()));
 }
 
 void CudaReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
@@ -118,16 +237,22 @@ void CudaReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, s
 }
 
 void CudaReducer::divide(void* buf, size_t count, DType dtype, int divisor) {
-  RC_CUDA_CHECK(launchDivide(buf, count, dtype, divisor, stream_));
+  RC_CUDA_CHECK(launchDivide(buf, count, dtype, divisor, stream_, stopWord()));
 }
 
 void CudaReducer::multiply(void* buf, size_t count, DType dtype, double factor) {
-  RC_CUDA_CHECK(launchMultiply(buf, count, dtype, factor, stream_));
+  RC_CUDA_CHECK(launchMultiply(buf, count, dtype, factor, stream_, stopWord()));
 }
 
 void CudaReducer::copy(void* dst, const void* src, size_t bytes, bool) {
   if (bytes == 0 || dst == src) return;
-  RC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+  // A kernel, not cudaMemcpyAsync: it must honour the stop word too.
+  const VecSplit s = vectorSplit(reinterpret_cast<uintptr_t>(dst),
+                                 reinterpret_cast<uintptr_t>(src),
+                                 reinterpret_cast<uintptr_t>(src), bytes, 1);
+  copyKernel<<<blocksFor(std::max(s.packs, s.head + s.tail)), kThreads, 0, stream_>>>(
+      static_cast<char*>(dst), static_cast<const char*>(src), bytes, s, stopWord());
+  RC_CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace ringcoll

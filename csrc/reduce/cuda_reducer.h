@@ -1,27 +1,60 @@
 // CUDA reducer: the shared functors (functors.h) in kernels with 16-byte vector
 // loads (vector.h), enqueued on one stream. Raw pointers, no torch.
 //
+// The stop word. Every kernel this reducer enqueues (reduce, copy, divide,
+// multiply) first reads a word of host-mapped memory and returns without touching
+// memory when it is set. The backend's watchdog sets it (stopKernels) before it
+// aborts the communicator: the abort lets NCCL kernels stuck on a dead or late peer
+// exit, and the reductions queued behind them would otherwise run on staging
+// buffers that never received their data and write a wrong result into the user's
+// tensor. The device sets it too, when a received fingerprint header differs from
+// this rank's (checkHeader): no payload of that collective is then reduced or
+// copied, and the host reads both headers from the control block.
+//
 // The launch* functions return the launch's cudaError_t; CudaReducer turns a
 // failure into an exception naming the kernel.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
+
 #include "reduce/reducer.h"
 #include "reduce/types.h"
 
 namespace ringcoll {
 
+constexpr size_t kHeaderBytes = 64;  // algo/fingerprint.h's header
+struct HeaderBytes {
+  uint8_t b[kHeaderBytes];
+};
+
+// Host-mapped; written by the device only in checkHeader, by the host only in
+// stopKernels.
+struct DeviceControl {
+  volatile int stop = 0;           // non-zero: every kernel returns at once
+  volatile int mismatchPeer = -1;  // the peer whose header differed, first one
+  volatile uint8_t want[kHeaderBytes] = {};
+  volatile uint8_t got[kHeaderBytes] = {};
+};
+
+// `stop`: a stop word in device-visible memory, or null (no check).
 cudaError_t launchReduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
-                         RedOp op, cudaStream_t stream);
+                         RedOp op, cudaStream_t stream, const volatile int* stop = nullptr);
 cudaError_t launchDivide(void* buf, size_t count, DType dtype, int divisor,
-                         cudaStream_t stream);
+                         cudaStream_t stream, const volatile int* stop = nullptr);
 cudaError_t launchMultiply(void* buf, size_t count, DType dtype, double factor,
-                           cudaStream_t stream);
+                           cudaStream_t stream, const volatile int* stop = nullptr);
 
 class CudaReducer final : public Reducer {
  public:
-  explicit CudaReducer(cudaStream_t stream) : stream_(stream) {}
+  // `headerSlots`: 64-byte device buffers for fingerprint headers: slot 0 for this
+  // rank's, 1 + r for rank r's (the group size + 1).
+  CudaReducer(cudaStream_t stream, size_t headerSlots);
+  ~CudaReducer() override;
+  CudaReducer(const CudaReducer&) = delete;
+  CudaReducer& operator=(const CudaReducer&) = delete;
+
   void reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
               RedOp op) override;
   void reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
@@ -32,8 +65,27 @@ class CudaReducer final : public Reducer {
   // Device copies have no read-for-ownership to avoid: never stream.
   size_t streamingBytes() const override { return static_cast<size_t>(-1); }
 
+  // Fingerprint headers on the device (Reducer's contract).
+  void* headerSlot(size_t slot) override;
+  void writeHeader(void* dst, const void* bytes, size_t n) override;
+  void checkHeader(const void* got, const void* want, size_t n, int peer) override;
+
+  // Host side of the stop word: set it (no CUDA call; visible to kernels that
+  // start after this returns).
+  void stopKernels();
+  bool kernelsStopped() const { return control_->stop != 0; }
+  // The peer whose header differed (-1: none yet), and both headers.
+  int mismatchPeer() const;
+  void mismatchBytes(uint8_t* want, uint8_t* got) const;
+
  private:
+  const volatile int* stopWord() const { return &deviceControl_->stop; }
+
   cudaStream_t stream_;
+  size_t headerSlots_;
+  DeviceControl* control_ = nullptr;        // host address
+  DeviceControl* deviceControl_ = nullptr;  // the same memory, device address
+  void* headers_ = nullptr;                 // kHeaderSlots x kHeaderBytes, device
 };
 
 }  // namespace ringcoll

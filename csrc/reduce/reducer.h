@@ -36,6 +36,17 @@ class Reducer {
   // Buffers larger than this are streamed (copy's `streaming`): half the CPU's
   // last-level cache; never on devices where it does not matter.
   virtual size_t streamingBytes() const = 0;
+
+  // The fingerprint check on a device (stream-ordered transports; the CPU path
+  // compares headers on the host, algo/executor.h). headerSlot: a 64-byte buffer
+  // in device memory (slot 0 is this rank's header, the others receive); write-
+  // Header: bytes (host memory, copied at the call) to a slot, in stream order;
+  // checkHeader: in stream order, compare a received header with `want` (host
+  // memory, copied at the call) and, when they differ, stop every later kernel and
+  // record both (reduce/cuda_reducer.h). The CPU reducer has none of these.
+  virtual void* headerSlot(size_t) { return nullptr; }
+  virtual void writeHeader(void*, const void*, size_t) {}
+  virtual void checkHeader(const void*, const void*, size_t, int) {}
 };
 
 // SUM on float32, bfloat16 and float16 runs the SIMD kernels of the reducer's

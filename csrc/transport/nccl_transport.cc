@@ -14,7 +14,7 @@ struct NcclTransport::Event {
   }
 };
 
-NcclTransport::NcclTransport(ncclComm_t comm, int rank, int size, cudaStream_t compute,
+NcclTransport::NcclTransport(NcclComm& comm, int rank, int size, cudaStream_t compute,
                              size_t slotBytes)
     : comm_(comm), rank_(rank), size_(size), compute_(compute), slotBytes_(slotBytes),
       postedSends_(size, 0), flushedSends_(size, 0), recvs_(size), freeStaging_(size) {
@@ -62,15 +62,24 @@ void NcclTransport::flush() {
   RC_CUDA_CHECK(cudaEventRecord(ready->ev, compute_));
   RC_CUDA_CHECK(cudaStreamWaitEvent(transfer_, ready->ev, 0));
   const int first = batch_.front().peer;
-  RC_NCCL_CHECK(ncclGroupStart(), first);
-  for (const Post& p : batch_) {
-    if (p.send) {
-      RC_NCCL_CHECK(ncclSend(p.ptr, p.bytes, ncclUint8, p.peer, comm_, transfer_), p.peer);
-    } else {
-      RC_NCCL_CHECK(ncclRecv(p.ptr, p.bytes, ncclUint8, p.peer, comm_, transfer_), p.peer);
+  {
+    // Under the communicator's lock: the watchdog cannot abort it half-way through
+    // a batch, and an aborted communicator is never called.
+    auto lk = comm_.lock();
+    ncclComm_t comm = comm_.get("enqueuing transfers");
+    RC_NCCL_CHECK(ncclGroupStart(), first);
+    for (const Post& p : batch_) {
+      if (p.send) {
+        RC_NCCL_CHECK(ncclSend(p.ptr, p.bytes, ncclUint8, p.peer, comm, transfer_), p.peer);
+      } else {
+        RC_NCCL_CHECK(ncclRecv(p.ptr, p.bytes, ncclUint8, p.peer, comm, transfer_), p.peer);
+      }
     }
+    RC_NCCL_CHECK(ncclGroupEnd(), first);
+    // Non-blocking: the batch is on the stream once the communicator is ready (the
+    // first batch to a peer also connects to it).
+    comm_.waitReady(RC_STR("enqueuing transfers with rank ", first), first);
   }
-  RC_NCCL_CHECK(ncclGroupEnd(), first);
   auto done = std::make_shared<Event>();
   RC_CUDA_CHECK(cudaEventCreateWithFlags(&done->ev, cudaEventDisableTiming));
   RC_CUDA_CHECK(cudaEventRecord(done->ev, transfer_));

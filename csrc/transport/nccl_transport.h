@@ -16,7 +16,10 @@
 // A receive lands in place when the executor offers a destination, else in a
 // staging buffer of slotBytes (device memory, allocated on first need and kept).
 // No torch here: the communicator is created by the backend (unique id through
-// the c10d store) and handed over.
+// the c10d store) and handed over; every NCCL call is made under its lock
+// (transport/nccl_comm.h), and a batch that cannot be enqueued within the
+// communicator's limit (a dead peer during connection set-up) aborts it and throws
+// PeerError.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -27,13 +30,14 @@
 #include <string>
 #include <vector>
 
+#include "transport/nccl_comm.h"
 #include "transport/transport.h"
 
 namespace ringcoll {
 
 class NcclTransport final : public Transport {
  public:
-  NcclTransport(ncclComm_t comm, int rank, int size, cudaStream_t compute, size_t slotBytes);
+  NcclTransport(NcclComm& comm, int rank, int size, cudaStream_t compute, size_t slotBytes);
   ~NcclTransport() override;
 
   int rank() const override { return rank_; }
@@ -68,7 +72,7 @@ class NcclTransport final : public Transport {
     bool waited = false;
   };
 
-  ncclComm_t comm_;
+  NcclComm& comm_;
   int rank_;
   int size_;
   cudaStream_t compute_;

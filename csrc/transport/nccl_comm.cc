@@ -1,0 +1,74 @@
+#include "transport/nccl_comm.h"
+
+#include <thread>
+
+#include "common/errors.h"
+
+namespace ringcoll {
+
+NcclComm::NcclComm(const ncclUniqueId& id, int rank, int size, std::chrono::milliseconds limit)
+    : rank_(rank), limit_(limit) {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  auto lk = lock();
+  const ncclResult_t r = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    throw PeerError(-1, RC_STR("ncclCommInitRankConfig failed on rank ", rank, " of ", size,
+                               ": ", ncclGetErrorString(r)));
+  }
+  waitReady(RC_STR("creating the NCCL communicator (rank ", rank, " of ", size,
+                   "; every rank of the group must make its first CUDA collective)"),
+            -1);
+}
+
+NcclComm::~NcclComm() {
+  auto lk = lock();
+  abort();
+}
+
+ncclComm_t NcclComm::get(const std::string& what) const {
+  if (aborted_.load()) {
+    throw PeerError(-1, RC_STR(what, ": the NCCL communicator was aborted after an earlier "
+                                     "failure"));
+  }
+  return comm_;
+}
+
+ncclResult_t NcclComm::asyncError() {
+  if (aborted_.load() || comm_ == nullptr) return ncclSuccess;
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+  return r != ncclSuccess ? r : state;
+}
+
+void NcclComm::waitReady(const std::string& what, int peer) {
+  const auto deadline = Clock::now() + limit_;
+  auto pause = std::chrono::microseconds(1);
+  for (;;) {
+    const ncclResult_t state = asyncError();
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress) {
+      abort();
+      throw PeerError(peer, RC_STR(what, ": NCCL error: ", ncclGetErrorString(state),
+                                   "; communicator aborted"));
+    }
+    if (Clock::now() > deadline) {
+      abort();
+      throw PeerError(peer, RC_STR("Timed out after ", limit_.count(), " ms ", what,
+                                   "; communicator aborted"),
+                      /*timedOut=*/true);
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+}
+
+void NcclComm::abort() {
+  if (aborted_.exchange(true) || comm_ == nullptr) return;
+  // ncclCommAbort returns once the communicator's resources are gone; it does not
+  // wait for peers, and kernels spinning on a dead peer exit.
+  ncclCommAbort(comm_);
+  comm_ = nullptr;
+}
+
+}  // namespace ringcoll

@@ -1,0 +1,57 @@
+// One NCCL communicator, used only under its lock (as torch's NCCLComm does): the
+// transport enqueues under it, the backend's watchdog polls and aborts under it,
+// so no thread ever calls NCCL on a communicator another thread has aborted.
+//
+// The communicator is non-blocking (ncclConfig_t.blocking = 0): init, connection
+// set-up and ncclGroupEnd return at once with ncclInProgress, and waitReady() polls
+// ncclCommGetAsyncError until the call finished, failed, or `limit` passed. So a
+// dead or missing peer can never hold the lock (or the caller) forever: past the
+// limit the communicator is aborted and the caller gets a PeerError.
+// No torch here.
+#pragma once
+
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+
+namespace ringcoll {
+
+class NcclComm {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Creates the communicator and waits for it, at most `limit`; throws PeerError
+  // (peer -1) naming the rank and the wait on failure or timeout.
+  NcclComm(const ncclUniqueId& id, int rank, int size, std::chrono::milliseconds limit);
+  // Aborts if still alive: never waits on a peer.
+  ~NcclComm();
+  NcclComm(const NcclComm&) = delete;
+  NcclComm& operator=(const NcclComm&) = delete;
+
+  std::unique_lock<std::mutex> lock() { return std::unique_lock<std::mutex>(mutex_); }
+
+  // Under lock(): the handle for an NCCL call; throws PeerError if aborted.
+  ncclComm_t get(const std::string& what) const;
+  // Under lock(): after a non-blocking call, waits until it is done (ncclSuccess),
+  // at most `limit` from now. A failure or the limit aborts the communicator and
+  // throws PeerError(peer) naming `what`.
+  void waitReady(const std::string& what, int peer);
+  // Under lock(): ncclSuccess, ncclInProgress or the error of the last operations.
+  ncclResult_t asyncError();
+  // Under lock(): aborts (idempotent); kernels stuck in NCCL then exit.
+  void abort();
+  bool aborted() const { return aborted_.load(); }
+  std::chrono::milliseconds limit() const { return limit_; }
+
+ private:
+  ncclComm_t comm_ = nullptr;
+  const int rank_;
+  const std::chrono::milliseconds limit_;
+  std::mutex mutex_;
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace ringcoll
