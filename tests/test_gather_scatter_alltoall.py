@@ -81,6 +81,83 @@ def _splits(pattern, s, d, p):
     raise ValueError(pattern)
 
 
+# The schedules alone, no processes: every rank's steps walked on symbolic data.
+def _walk(scheds, bufs):
+    """Runs every rank's steps on bufs (one list of labels per rank); checks the
+    structure (peers, ranges, no range written twice or both sent and written in a
+    step, the k-th send from a to b pairs with the k-th receive on b from a with the
+    same size) and that nothing unheld is sent."""
+    p = len(scheds)
+    for s in range(max((len(x["steps"]) for x in scheds), default=0)):
+        sends, recvs = {}, {}
+        for r, sched in enumerate(scheds):
+            if s >= len(sched["steps"]):
+                continue
+            written, sent = [], []
+            for kind, peer, b, e in sched["steps"][s]["transfers"]:
+                assert 0 <= peer < p and peer != r, (s, r, kind, peer)
+                assert 0 <= b <= e <= len(bufs[r]), (s, r, kind, b, e, len(bufs[r]))
+                if b == e:
+                    continue
+                assert kind in ("send", "recv_copy"), kind
+                if kind == "send":
+                    assert all(v is not None for v in bufs[r][b:e]), f"rank {r} sends unheld"
+                    sends.setdefault((r, peer), []).append(list(bufs[r][b:e]))
+                    sent.append((b, e))
+                else:
+                    recvs.setdefault((peer, r), []).append((b, e))
+                    written.append((b, e))
+            for i, (b, e) in enumerate(written):
+                for b2, e2 in written[i + 1:] + sent:
+                    assert not (b < e2 and b2 < e), f"step {s} rank {r}: overlap"
+        assert sorted(sends) == sorted(recvs), (s, sorted(sends), sorted(recvs))
+        for (a, b_), datas in sends.items():
+            ranges = recvs[(a, b_)]
+            assert [len(d) for d in datas] == [e - b for b, e in ranges], (s, a, b_)
+            for d, (b, e) in zip(datas, ranges):
+                bufs[b_][b:e] = d
+
+
+@pytest.mark.parametrize("p", range(1, 10))
+def test_schedules_move_every_block_once(p):
+    from ringcoll import _C
+
+    for m in (0, 1, 3):
+        n = p * m
+        for root in range(p):
+            # gather: rank i's block i reaches the root's block i
+            scheds = [_C.exchange_schedule("gather", p, r, n, root) for r in range(p)]
+            bufs = [[("g", r, i) if r * m <= i < (r + 1) * m else None for i in range(n)]
+                    for r in range(p)]
+            _walk(scheds, bufs)
+            assert bufs[root] == [("g", i // m, i) for i in range(n)], (p, m, root)
+            assert all(tuple(x["result"]) == ((0, n) if r == root else (0, 0))
+                       for r, x in enumerate(scheds))
+            # scatter: the root's block r reaches rank r's block r
+            scheds = [_C.exchange_schedule("scatter", p, r, n, root) for r in range(p)]
+            bufs = [[("s", i) if r == root else None for i in range(n)] for r in range(p)]
+            _walk(scheds, bufs)
+            for r in range(p):
+                assert bufs[r][r * m:(r + 1) * m] == [("s", i) for i in range(r * m, (r + 1) * m)]
+                assert tuple(scheds[r]["result"]) == (r * m, (r + 1) * m)
+    # all-to-all, uneven with empty blocks: rank s's block for d reaches rank d
+    for salt in range(3):
+        cnt = [[(7 * s + 3 * d + salt) % 4 for d in range(p)] for s in range(p)]
+        for s in range(p):
+            cnt[s][s] = 0  # the own block is the prologue's, not the schedule's
+        scheds = [_C.exchange_schedule("alltoall", p, r, send_counts=cnt[r],
+                                       recv_counts=[cnt[s][r] for s in range(p)])
+                  for r in range(p)]
+        bufs = [[("a", r, d, i) for d in range(p) for i in range(cnt[r][d])]
+                + [None] * sum(cnt[s][r] for s in range(p)) for r in range(p)]
+        _walk(scheds, bufs)
+        for r in range(p):
+            b, e = scheds[r]["result"]
+            assert bufs[r][b:e] == [("a", s, r, i) for s in range(p) for i in range(cnt[s][r])]
+            assert e == len(bufs[r]) and b == sum(cnt[r])
+        assert all(len(x["steps"]) == max(p - 1, 0) for x in scheds)
+
+
 def gather_scatter_matrix(rank, p, sample):
     failures = []
     for gname, group in _groups(p, sample).items():
