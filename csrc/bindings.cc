@@ -9,6 +9,7 @@
 #include <tuple>
 #include <vector>
 
+#include "algo/collectives.h"
 #include "algo/plan.h"
 #include "algo/registry.h"
 #include "algo/schedule.h"
@@ -93,9 +94,7 @@ const char* kindName(ringcoll::algo::Kind k) {
 // One rank's schedule as plain data, for ringcoll.check and the schedule tests:
 // {"name", "result": (b, e), "steps": [{"transfers": [(kind, peer, b, e)],
 // "reduced": [(b, e)]}]}.
-py::dict scheduleDict(const std::string& algoName, const std::string& collective, int p,
-                      int rank, size_t n, int root, const std::vector<int>& order) {
-  const auto sched = buildSchedule(algoName, collective, p, rank, n, root, order);
+py::dict toDict(const ringcoll::algo::Schedule& sched) {
   py::list steps;
   for (const auto& st : sched.steps) {
     py::list transfers, reduced;
@@ -113,6 +112,33 @@ py::dict scheduleDict(const std::string& algoName, const std::string& collective
   out["result"] = py::make_tuple(sched.result.begin, sched.result.end);
   out["steps"] = steps;
   return out;
+}
+
+py::dict scheduleDict(const std::string& algoName, const std::string& collective, int p,
+                      int rank, size_t n, int root, const std::vector<int>& order) {
+  return toDict(buildSchedule(algoName, collective, p, rank, n, root, order));
+}
+
+// The schedules of gather, scatter (prm.n = p * m) and all-to-all (this rank's
+// send_counts and recv_counts), as scheduleDict gives them.
+py::dict exchangeSchedule(const std::string& collective, int p, int rank, size_t n, int root,
+                          const std::vector<size_t>& sendCounts,
+                          const std::vector<size_t>& recvCounts) {
+  TORCH_CHECK(p >= 1 && rank >= 0 && rank < p, "rank ", rank, " of ", p);
+  ringcoll::algo::Params prm;
+  prm.rank = rank;
+  prm.size = p;
+  prm.n = n;
+  prm.root = root;
+  if (collective == "gather") return toDict(ringcoll::algo::gatherSchedule(prm));
+  if (collective == "scatter") return toDict(ringcoll::algo::scatterSchedule(prm));
+  if (collective == "alltoall") {
+    prm.n = 0;
+    for (size_t c : sendCounts) prm.n += c;
+    for (size_t c : recvCounts) prm.n += c;
+    return toDict(ringcoll::algo::alltoallSchedule(prm, sendCounts, recvCounts));
+  }
+  TORCH_CHECK(false, "unknown collective ", collective, " (gather, scatter, alltoall)");
 }
 
 // The executor's plan of one rank's schedule, for the plan tests: a list of
@@ -305,6 +331,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("schedule", &scheduleDict, py::arg("algo"), py::arg("collective"), py::arg("p"),
         py::arg("rank"), py::arg("n"), py::arg("root") = 0,
         py::arg("order") = std::vector<int>{});
+  m.def("exchange_schedule", &exchangeSchedule, py::arg("collective"), py::arg("p"),
+        py::arg("rank"), py::arg("n") = 0, py::arg("root") = 0,
+        py::arg("send_counts") = std::vector<size_t>{},
+        py::arg("recv_counts") = std::vector<size_t>{});
   m.def("plan_ops", &planOps, py::arg("algo"), py::arg("collective"), py::arg("p"),
         py::arg("rank"), py::arg("n"), py::arg("seg_elems"), py::arg("finish") = false,
         py::arg("root") = 0);

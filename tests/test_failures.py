@@ -133,7 +133,8 @@ def test_disagreement_reaches_ranks_that_saw_none(transport):
 # for barrier, against an all_reduce): each on a group of its own, since a
 # disagreement leaves its group unusable.
 METHODS = ["allreduce", "allreduce_coalesced", "reduce", "broadcast", "allgather",
-           "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "barrier"]
+           "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "barrier",
+           "gather", "scatter", "alltoall", "alltoall_base"]
 
 
 def _method_call(method, rank, p, g):
@@ -166,6 +167,21 @@ def _method_call(method, rank, p, g):
         if rank == 0:
             return [], lambda: dist.barrier(group=g)
         return [x], lambda: dist.all_reduce(x, group=g)
+    if method == "gather":
+        outs = [torch.full((m,), -1.0) for _ in range(p)] if rank == 0 else None
+        return outs or [], lambda: dist.gather(x, outs, dst=0, group=g)
+    if method == "scatter":
+        out = torch.full((m,), -1.0)
+        ins = [torch.ones(m) for _ in range(p)] if rank == 0 else None
+        return [out], lambda: dist.scatter(out, ins, src=0, group=g)
+    if method == "alltoall":
+        # rank 1 sends 4 elements to rank 0, which expects 3
+        outs = [torch.full((m,), -1.0) for _ in range(p)]
+        ins = [torch.ones(m) for _ in range(p)]
+        return outs, lambda: dist.all_to_all(outs, ins, group=g)
+    if method == "alltoall_base":
+        out = torch.full((p * m,), -1.0)
+        return [out], lambda: dist.all_to_all_single(out, torch.ones(p * m), group=g)
     raise ValueError(method)
 
 

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <utility>
+#include <vector>
 
 #include "algo/executor.h"
 #include "algo/registry.h"
@@ -78,5 +79,34 @@ Job broadcast(const Algorithm& algo, const Params& prm, void* buf);
 // Completes on no rank before every rank has entered. scratch: p zeroed bytes of
 // the executor's device memory; prm.n is ignored.
 Job barrier(const Algorithm& algo, const Params& prm, void* scratch);
+
+// The collectives that move blocks between ranks without reducing. Each has one
+// schedule (its file shows it step by step; RINGCOLL_ALGO does not choose among
+// others) over a buffer of the user's memory: the job's regions (Job::regions), one
+// per block, so nothing is staged; a rank's own block is copied locally in the
+// job's prologue, once the ranks agreed.
+
+// Direct gather. prm.n = p * m: rank i's m elements at `mine` reach blocks[i] on
+// the root (p pointers to m elements each there; empty on other ranks).
+Schedule gatherSchedule(const Params& prm);
+Job gather(const Params& prm, DType dtype, const void* mine, const std::vector<void*>& blocks,
+           Reducer& reducer);
+
+// Direct scatter. prm.n = p * m: the root's blocks[i] (p pointers to m elements
+// each there; empty on other ranks) reach rank i at `mine`.
+Schedule scatterSchedule(const Params& prm);
+Job scatter(const Params& prm, DType dtype, void* mine, const std::vector<const void*>& blocks,
+            Reducer& reducer);
+
+// Pairwise-exchange all-to-all: this rank's sends[j] (sendCounts[j] elements)
+// reach recvs[this rank] on rank j, whose recvCounts[this rank] must equal it (the
+// pairwise fingerprint checks that); sendCounts[rank] == recvCounts[rank]. The
+// schedule's buffer is the send blocks followed by the receive blocks (prm.n their
+// total; the job sets it).
+Schedule alltoallSchedule(const Params& prm, const std::vector<size_t>& sendCounts,
+                          const std::vector<size_t>& recvCounts);
+Job alltoall(const Params& prm, DType dtype, const std::vector<const void*>& sends,
+             const std::vector<size_t>& sendCounts, const std::vector<void*>& recvs,
+             const std::vector<size_t>& recvCounts, Reducer& reducer);
 
 }  // namespace ringcoll::algo

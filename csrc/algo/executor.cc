@@ -23,11 +23,22 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
       tracer_(tracer) {
   const bool checked = job_.checked && !transport_.streamOrdered();
   if (checked) {
-    *header_ = job_.fingerprint;
-    auto add = [this](int peer) {
+    const bool pairwise = !job_.sendCounts.empty();
+    RC_ASSERT(!pairwise || (job_.sendCounts.size() == static_cast<size_t>(transport_.size()) &&
+                            job_.recvCounts.size() == job_.sendCounts.size()),
+              "pairwise counts for ", job_.sendCounts.size(), " and ", job_.recvCounts.size(),
+              " ranks in a group of ", transport_.size());
+    auto add = [this, pairwise](int peer) {
       if (peer < 0 || peer == transport_.rank()) return;
       for (const auto& h : headers_) {
         if (h.peer == peer) return;
+      }
+      Fingerprint& fp = header_[peer];
+      fp = job_.fingerprint;
+      if (pairwise) {
+        fp.pairwise = 1;
+        fp.count = job_.sendCounts[peer];
+        fp.countBack = job_.recvCounts[peer];
       }
       HeaderState h;
       h.peer = peer;
@@ -50,6 +61,13 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
     };
     for (const auto& c : plan_.channels) add(c.peer);
     for (int peer : job_.neighbours) add(peer);
+  }
+  for (const PlanOp& op : plan_.ops) {
+    if (job_.regions.empty() || op.count == 0) continue;
+    const Region& r = region(op.begin);
+    RC_ASSERT(op.begin >= r.begin && op.begin + op.count <= r.end, job_.schedule.name,
+              ": elements [", op.begin, ", ", op.begin + op.count, ") of step ", op.step,
+              " are not within one region");
   }
   for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
     // Every earlier collective's sends completed before it did, so the transport's
@@ -96,8 +114,18 @@ bool Execution::ready(const PlanOp& op) const {
   return true;
 }
 
+const Region& Execution::region(size_t begin) const {
+  // The last region that starts at or before `begin`.
+  auto it = std::upper_bound(job_.regions.begin(), job_.regions.end(), begin,
+                             [](size_t b, const Region& r) { return b < r.begin; });
+  RC_ASSERT(it != job_.regions.begin(), "element ", begin, " before the first region");
+  return *(it - 1);
+}
+
 char* Execution::at(const PlanOp& op) const {
-  return static_cast<char*>(job_.buf) + op.begin * elemSize_;
+  if (job_.regions.empty()) return static_cast<char*>(job_.buf) + op.begin * elemSize_;
+  const Region& r = region(op.begin);
+  return static_cast<char*>(r.ptr) + (op.begin - r.begin) * elemSize_;
 }
 
 size_t Execution::bytes(const PlanOp& op) const { return op.count * elemSize_; }
@@ -132,7 +160,7 @@ bool Execution::exchangeHeaders() {
     if (h.sent) continue;
     OpTrace* t = tracedHeader(h, false);
     const int64_t t0 = t ? Tracer::now() : 0;  // before: a send may leave during the call
-    if (!transport_.trySend(h.peer, header_, sizeof(Fingerprint))) {
+    if (!transport_.trySend(h.peer, &header_[h.peer], sizeof(Fingerprint))) {
       blocked(h.peer, -1, "room for a message at");
       if (t && !t->want) t->want = t0;
       continue;
@@ -161,7 +189,7 @@ bool Execution::exchangeHeaders() {
       continue;
     }
     if (t) t->arrive = Tracer::now();
-    const std::string disagreement = mismatch(*header_, view, h.peer);
+    const std::string disagreement = mismatch(header_[h.peer], view, h.peer);
     transport_.releaseRecv(h.peer);
     if (!disagreement.empty()) throw MismatchError(h.peer, disagreement);
     if (t) t->done = Tracer::now();
@@ -360,7 +388,10 @@ bool Execution::progress() {
 }
 
 Executor::Executor(Transport& transport, Reducer& reducer, size_t chunkBytes)
-    : transport_(transport), reducer_(reducer), chunkBytes_(chunkBytes) {
+    : transport_(transport),
+      reducer_(reducer),
+      chunkBytes_(chunkBytes),
+      headers_(static_cast<size_t>(transport.size())) {
   RC_ASSERT(chunkBytes_ >= 64, "chunk of ", chunkBytes_, " bytes");
 }
 
@@ -370,8 +401,8 @@ size_t Executor::segmentElems(DType dtype) const {
 
 std::unique_ptr<Execution> Executor::start(Job job) {
   const size_t seg = segmentElems(job.dtype);
-  return std::make_unique<Execution>(transport_, reducer_, std::move(job), seg, &header_,
-                                     tracer_);
+  return std::make_unique<Execution>(transport_, reducer_, std::move(job), seg,
+                                     headers_.data(), tracer_);
 }
 
 bool Executor::drive(Execution& ex, Clock::time_point until,

@@ -23,9 +23,10 @@
 // from this rank in this collective) and posts a header receive from each (before
 // any payload receive). Payload sends may leave before the peers' headers came,
 // since they only read; receives are announced, and anything written, only once
-// every header matched. The header buffer is the Executor's, not the Execution's,
-// and a job is done only once its header sends completed, so a transport that
-// reads it late (gloo) never reads freed memory.
+// every header matched (a pairwise job sends each peer its own counts). The header
+// buffers are the Executor's, not the Execution's, and a job is done only once its
+// header sends completed, so a transport that reads them late (gloo) never reads
+// freed memory.
 //
 // Tracing (algo/trace.h): with a Tracer set on the Executor, every Execution records
 // when each of its operations was posted, waited for, arrived and was consumed, and
@@ -54,10 +55,23 @@
 
 namespace ringcoll::algo {
 
+// A part of a job's buffer that lives at its own address: elements [begin, end)
+// of the buffer are at ptr. Gather, scatter and all-to-all address the user's
+// tensors (one per block) this way instead of staging them in one buffer. A region
+// that the schedule only sends from is only read.
+struct Region {
+  size_t begin = 0;
+  size_t end = 0;
+  void* ptr = nullptr;
+};
+
 struct Job {
   Schedule schedule;
   void* buf = nullptr;  // schedule.steps address elements of this buffer
   size_t n = 0;         // its elements
+  // When not empty, the buffer is these regions instead of buf: sorted, disjoint,
+  // and every transfer of the schedule lies within one of them.
+  std::vector<Region> regions;
   DType dtype = DType::kUInt8;
   RedOp op = RedOp::kSum;  // for receive-reduce transfers
   int divideBy = 0;        // > 0: divide where the schedule marks elements reduced
@@ -75,6 +89,10 @@ struct Job {
   bool checked = false;
   Fingerprint fingerprint;
   std::vector<int> neighbours;
+  // Pairwise collectives (all-to-all): the elements this rank sends to and expects
+  // from each rank (p entries each), which the header to each peer carries in
+  // place of one count for all (Fingerprint::pairwise). Empty otherwise.
+  std::vector<uint64_t> sendCounts, recvCounts;
   // Local work on buf that must wait for the fingerprint (PREMUL_SUM's scaling,
   // placing this rank's block): run once every header matched (at once when
   // unchecked), before any payload is sent. May be empty.
@@ -87,11 +105,11 @@ class Execution {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `header`: where the fingerprint is sent from (the Executor's); it must stay
-  // valid until the transport completed the sends of this execution's headers.
-  // `tracer`: where the record goes, null when not tracing.
+  // `headers`: where the fingerprint to each peer is sent from (the Executor's, one
+  // per rank); they must stay valid until the transport completed the sends of this
+  // execution's headers. `tracer`: where the record goes, null when not tracing.
   Execution(Transport& transport, Reducer& reducer, Job job, size_t segElems,
-            Fingerprint* header, Tracer* tracer = nullptr);
+            Fingerprint* headers, Tracer* tracer = nullptr);
   ~Execution();
   Execution(const Execution&) = delete;
   Execution& operator=(const Execution&) = delete;
@@ -107,6 +125,8 @@ class Execution {
 
  private:
   bool ready(const PlanOp& op) const;
+  // The region holding element `begin` (job_.regions not empty).
+  const Region& region(size_t begin) const;
   char* at(const PlanOp& op) const;
   size_t bytes(const PlanOp& op) const;
   bool postSends(Channel& c, size_t ci);
@@ -150,7 +170,7 @@ class Execution {
   Transport& transport_;
   Reducer& reducer_;
   Job job_;
-  Fingerprint* header_;
+  Fingerprint* header_;  // header_[peer]: what this rank sends to peer
   std::vector<HeaderState> headers_;  // channel ci's peer is headers_[ci]
   size_t headersOpen_ = 0;            // unchecked receives + uncompleted sends
   bool headersChecked_ = true;        // every received header matched
@@ -206,7 +226,7 @@ class Executor {
   Reducer& reducer_;
   size_t chunkBytes_;
   std::atomic<int> waitingFor_{-1};
-  Fingerprint header_;  // the running execution's, sent from here
+  std::vector<Fingerprint> headers_;  // the running execution's, one per peer
   Tracer* tracer_ = nullptr;
 };
 

@@ -23,24 +23,37 @@ const char* methodName(Method m) {
     case Method::kReduceScatter: return "reduce_scatter";
     case Method::kReduceScatterTensor: return "reduce_scatter_tensor";
     case Method::kBarrier: return "barrier";
+    case Method::kGather: return "gather";
+    case Method::kScatter: return "scatter";
+    case Method::kAlltoall: return "alltoall";
+    case Method::kAlltoallBase: return "alltoall_base";
   }
   return "?";
 }
 
 bool sameCall(const Fingerprint& a, const Fingerprint& b) {
+  // Pairwise: a went from one rank to the other, b came back.
+  const bool counts = a.pairwise ? a.count == b.countBack && a.countBack == b.count
+                                 : a.count == b.count;
   return a.magic == b.magic && a.version == b.version && a.method == b.method &&
       a.dtype == b.dtype && a.reduces == b.reduces &&
       (a.reduces != Reduces::kOp || a.op == b.op) && a.hasDtype == b.hasDtype && a.root == b.root &&
-      a.seq == b.seq && a.count == b.count &&
+      a.seq == b.seq && a.pairwise == b.pairwise && counts &&
       std::memcmp(a.algorithm, b.algorithm, sizeof(a.algorithm)) == 0;
 }
 
-std::string describe(const Fingerprint& fp) {
+std::string describe(const Fingerprint& fp, int to) {
   std::string args;
   auto add = [&args](const std::string& s) { args += (args.empty() ? "" : ", ") + s; };
+  auto elements = [](uint64_t n) { return RC_STR(n, n == 1 ? " element" : " elements"); };
   if (fp.hasDtype) {
     add(dtypeName(fp.dtype));
-    add(RC_STR(fp.count, fp.count == 1 ? " element" : " elements"));
+    if (fp.pairwise) {
+      add(RC_STR(elements(fp.count), " to rank ", to));
+      add(RC_STR(fp.countBack, " from it"));
+    } else {
+      add(elements(fp.count));
+    }
   }
   switch (fp.reduces) {
     case Reduces::kNo: break;
@@ -65,9 +78,10 @@ std::string mismatch(const Fingerprint& mine, const void* received, int peer) {
   }
   if (sameCall(mine, theirs)) return "";
   theirs.rank = peer;  // the transport's word, not the message's
+  const std::string me = describe(mine, peer), them = describe(theirs, mine.rank);
   const bool first = mine.rank < peer;
   return RC_STR("ranks disagree about collective #", std::min(mine.seq, theirs.seq), ": ",
-                describe(first ? mine : theirs), "; ", describe(first ? theirs : mine));
+                first ? me : them, "; ", first ? them : me);
 }
 
 }  // namespace ringcoll::algo

@@ -13,6 +13,11 @@
 //
 // The header is plain bytes with a fixed layout (both ends are the same build):
 // `magic` and `version` catch a stray payload read as a header.
+//
+// Pairwise calls (all-to-all): each pair of ranks exchanges its own amounts, so the
+// header sent to peer q says how many elements this rank sends to q (`count`) and
+// expects from q (`countBack`); the two ranks agree when each one's count is the
+// other's countBack. Every other call sends the same header to every peer.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +40,10 @@ enum class Method : uint8_t {
   kReduceScatter,
   kReduceScatterTensor,
   kBarrier,
+  kGather,
+  kScatter,
+  kAlltoall,
+  kAlltoallBase,
 };
 
 // How the call reduces: not at all, by an element op (Fingerprint::op), or by AVG
@@ -43,7 +52,7 @@ enum class Reduces : uint8_t { kNo, kOp, kAvg, kPremulSum };
 
 struct alignas(64) Fingerprint {
   static constexpr uint32_t kMagic = 0x50464352;  // "RCFP"
-  static constexpr uint16_t kVersion = 1;
+  static constexpr uint16_t kVersion = 2;
 
   uint32_t magic = kMagic;
   uint16_t version = kVersion;
@@ -52,13 +61,15 @@ struct alignas(64) Fingerprint {
   Reduces reduces = Reduces::kNo;
   RedOp op = RedOp::kSum;  // with Reduces::kOp
   uint8_t hasDtype = 0;    // barrier has none
-  uint8_t reserved = 0;
+  uint8_t pairwise = 0;    // count/countBack are per peer (see above)
   int32_t root = -1;     // broadcast, reduce; -1 otherwise
   int32_t rank = -1;     // the sender; not compared
   uint32_t reserved2 = 0;
   uint64_t seq = 0;      // the group's sequence number of this call
-  uint64_t count = 0;    // elements per rank as the user passed them (see api.cc)
-  char algorithm[24] = {};  // the schedule's name, NUL-padded (truncated)
+  uint64_t count = 0;    // elements per rank as the user passed them (see api.cc);
+                         // pairwise: elements sent to the header's recipient
+  uint64_t countBack = 0;   // pairwise: elements expected from the recipient
+  char algorithm[16] = {};  // the schedule's name, NUL-padded (truncated to 15)
 
   void setAlgorithm(const std::string& name);
 };
@@ -69,8 +80,10 @@ const char* methodName(Method m);
 // Everything but the sender's rank is equal.
 bool sameCall(const Fingerprint& a, const Fingerprint& b);
 
-// "rank 1 called allreduce(float32, 12 elements, SUM, ring) #7".
-std::string describe(const Fingerprint& fp);
+// "rank 1 called allreduce(float32, 12 elements, SUM, ring) #7"; a pairwise
+// header names its recipient `to`: "... alltoall_base(float32, 3 elements to rank
+// 0, 4 from it, pairwise-a2a) #7".
+std::string describe(const Fingerprint& fp, int to = -1);
 
 // The header message received from `peer` that does not match `mine`: the error
 // text naming both calls, or "" when they match. `bytes` that are not a header

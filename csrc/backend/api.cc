@@ -4,40 +4,13 @@
 // the job, then what to copy back once the job is done.
 #include "backend/backend.h"
 
+#include "backend/api_helpers.h"
 #include "backend/checks.h"
 #include "common/errors.h"
 
 namespace ringcoll {
 
 namespace {
-// Flat contiguous view of t's memory when t is contiguous, else a contiguous copy;
-// the caller copies results back with writeBack().
-at::Tensor flatWorking(const at::Tensor& t) { return t.contiguous().view({-1}); }
-
-void writeBack(at::Tensor& dst, const at::Tensor& flat) {
-  if (dst.numel() == 0) return;
-  if (dst.is_contiguous() && dst.data_ptr() == flat.data_ptr()) return;
-  dst.copy_(flat.view(dst.sizes()));
-}
-
-size_t bytesOf(const at::Tensor& t) { return t.numel() * t.element_size(); }
-
-// A call's fingerprint as this rank sees it (algo/fingerprint.h); launch() adds
-// the sequence number, the rank and the algorithm. `count`: the elements of one
-// rank's contribution as the user passed them (all_gather: its input; reduce_scatter:
-// its output; the coalesced variants: all tensors together).
-algo::Fingerprint callPrint(algo::Method method, DType dtype, int64_t count,
-                            const algo::Reduction* red = nullptr, int root = -1) {
-  algo::Fingerprint fp;
-  fp.method = method;
-  fp.dtype = dtype;
-  fp.hasDtype = 1;
-  fp.count = static_cast<uint64_t>(count);
-  if (red != nullptr) algo::describeReduction(fp, *red);
-  fp.root = root;
-  return fp;
-}
-
 // A reduce-scatter over `work` (this rank's whole input, which it clobbers); `out`
 // receives the range the schedule says this rank keeps.
 Staged reduceScatterInto(at::Tensor out, at::Tensor work, const algo::Algorithm& algo,

@@ -346,7 +346,9 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
         job.checked = true;
         job.fingerprint = t.fp;
         job.fingerprint.setAlgorithm(job.schedule.name);
-        job.neighbours = ringNeighbours_;
+        // Besides the job's own (a pairwise job names every rank).
+        job.neighbours.insert(job.neighbours.end(), ringNeighbours_.begin(),
+                              ringNeighbours_.end());
       }
       job.tag = t.tag;
       t.exec = executor_->start(std::move(job));

@@ -158,4 +158,59 @@ void rootInRange(const char* op, int64_t root, int size) {
               " is out of range for group size ", size);
 }
 
+void cpuOnly(const char* op, const at::Tensor& t, const std::string& what) {
+  TORCH_CHECK(t.device().is_cpu(), "ringcoll::", op, ": ", what, " tensor is on ", t.device(),
+              "; ", op, " is not supported on cuda yet (cpu tensors only)");
+}
+
+std::vector<at::Tensor> rootList(const char* op, std::vector<std::vector<at::Tensor>>& lists,
+                                 const char* what, int rank, int root, int size,
+                                 const at::Tensor& ref, const char* refWhat) {
+  if (rank != root) {
+    TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()), "ringcoll::", op,
+                ": rank ", rank, " is not the root (", root, ") and must pass no ", what,
+                " list, got ", lists.size() == 1 ? lists[0].size() : lists.size(),
+                lists.size() == 1 ? " tensors" : " lists");
+    return {};
+  }
+  TORCH_CHECK(lists.size() == 1, "ringcoll::", op, ": the root (rank ", root,
+              ") must pass exactly 1 ", what, " list, got ", lists.size());
+  std::vector<at::Tensor> list = perRankList(op, lists, what, size, ref, refWhat);
+  for (size_t i = 0; i < list.size(); ++i) cpuOnly(op, list[i], c10::str(what, " ", i));
+  return list;
+}
+
+std::vector<size_t> splitCounts(const char* op, const at::Tensor& t, const char* what,
+                                const std::vector<int64_t>& splits, int size) {
+  TORCH_CHECK(t.dim() >= 1, "ringcoll::", op, ": ", what,
+              " tensor has 0 dimensions; it is split along dim 0 and needs at least 1");
+  const int64_t rows = t.size(0);
+  const int64_t row = rows > 0 ? t.numel() / rows : 0;
+  std::vector<size_t> counts;
+  if (splits.empty()) {
+    TORCH_CHECK(rows % size == 0, "ringcoll::", op, ": ", what, " tensor has ", rows,
+                " rows (dim 0), which do not split into ", size,
+                " equal parts (the group size); pass split sizes");
+    counts.assign(size, static_cast<size_t>(rows / size * row));
+    return counts;
+  }
+  TORCH_CHECK(static_cast<int>(splits.size()) == size, "ringcoll::", op, ": ", what,
+              " split sizes name ", splits.size(), " ranks but the group has ", size);
+  int64_t sum = 0;
+  for (size_t j = 0; j < splits.size(); ++j) {
+    TORCH_CHECK(splits[j] >= 0, "ringcoll::", op, ": ", what, " split size ", j, " is ",
+                splits[j], "; split sizes must be at least 0");
+    sum += splits[j];
+    counts.push_back(static_cast<size_t>(splits[j] * row));
+  }
+  TORCH_CHECK(sum == rows, "ringcoll::", op, ": ", what, " split sizes add up to ", sum,
+              " rows but the ", what, " tensor has ", rows, " rows (dim 0)");
+  return counts;
+}
+
+void selfBlock(const char* op, size_t sendCount, size_t recvCount, int rank) {
+  TORCH_CHECK(sendCount == recvCount, "ringcoll::", op, ": rank ", rank, " sends ", sendCount,
+              " elements to itself but receives ", recvCount, " from itself");
+}
+
 }  // namespace ringcoll::checks

@@ -40,4 +40,25 @@ void basePair(const char* op, const at::Tensor& large, const char* largeWhat,
 
 void rootInRange(const char* op, int64_t root, int size);
 
+// Gather, scatter and all-to-all run on CPU tensors only for now: a cuda tensor is
+// an error naming the op and the device.
+void cpuOnly(const char* op, const at::Tensor& t, const std::string& what);
+
+// gather's output list (scatter's input list): on the root one list of p tensors,
+// each with the dtype, numel and device of `ref` (named refWhat); on other ranks no
+// list (or one empty list), as gloo. Returns the root's tensors, else none.
+std::vector<at::Tensor> rootList(const char* op, std::vector<std::vector<at::Tensor>>& lists,
+                                 const char* what, int rank, int root, int size,
+                                 const at::Tensor& ref, const char* refWhat);
+
+// all-to-all: the elements `t` (named what: "input", "output") holds for each rank:
+// splits[j] rows (along dim 0) times t's row size, or t's rows cut into `size`
+// equal parts when splits is empty. Checks that the splits are `size` counts of at
+// least 0 whose sum is t's rows, or that the rows divide by size.
+std::vector<size_t> splitCounts(const char* op, const at::Tensor& t, const char* what,
+                                const std::vector<int64_t>& splits, int size);
+
+// all-to-all: what this rank sends itself equals what it receives from itself.
+void selfBlock(const char* op, size_t sendCount, size_t recvCount, int rank);
+
 }  // namespace ringcoll::checks

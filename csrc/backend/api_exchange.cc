@@ -1,0 +1,188 @@
+// The c10d methods that move blocks without reducing: gather, scatter, all-to-all
+// (a list of tensors, any sizes) and alltoall_base (one tensor, equal or given
+// split sizes; what all_to_all_single calls). Each checks its arguments once, on
+// the calling thread, and runs its schedule (algo/gather.cc, scatter.cc,
+// alltoall.cc) directly on the user's tensors: a contiguous tensor is used in
+// place, a non-contiguous one through a contiguous copy written back at the end.
+// CPU tensors only for now (checks::cpuOnly).
+#include "backend/backend.h"
+
+#include "backend/api_helpers.h"
+#include "backend/checks.h"
+#include "common/errors.h"
+
+namespace ringcoll {
+
+namespace {
+// Pointers to consecutive blocks of flat (counts[j] elements each).
+template <typename Ptr>
+std::vector<Ptr> blocksOf(const at::Tensor& flat, const std::vector<size_t>& counts) {
+  std::vector<Ptr> out;
+  char* base = static_cast<char*>(flat.data_ptr());
+  size_t off = 0;
+  for (size_t c : counts) {
+    out.push_back(base == nullptr ? nullptr : base + off * flat.element_size());
+    off += c;
+  }
+  return out;
+}
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  const char* op = "gather";
+  at::Tensor in = checks::single(op, inputs, "input");
+  const DType dtype = checks::tensorDType(op, in, "input");
+  checks::cpuOnly(op, in, "input");
+  checks::rootInRange(op, opts.rootRank, getSize());
+  const int root = static_cast<int>(opts.rootRank);
+  std::vector<at::Tensor> outs =
+      checks::rootList(op, outputs, "output", getRank(), root, getSize(), in, "the input");
+  return launch(c10d::OpType::GATHER, op,
+                callPrint(algo::Method::kGather, dtype, in.numel(), nullptr, root), {in}, outs,
+                bytesOf(in) * getSize(), opTimeout(opts.timeout),
+                [this, in, outs, dtype, root](algo::Executor& ex) {
+                  at::Tensor mine = flatWorking(in);
+                  std::vector<at::Tensor> flats;
+                  std::vector<void*> blocks;
+                  for (const auto& o : outs) {
+                    flats.push_back(flatWorking(o));
+                    blocks.push_back(flats.back().data_ptr());
+                  }
+                  algo::Job job = algo::gather(params(mine.numel() * getSize(), root), dtype,
+                                               mine.data_ptr(), blocks, ex.reducer());
+                  return Staged{std::move(job), [outs, flats, mine]() mutable {
+                                  for (size_t i = 0; i < outs.size(); ++i) {
+                                    writeBack(outs[i], flats[i]);
+                                  }
+                                }};
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  const char* op = "scatter";
+  at::Tensor out = checks::single(op, outputs, "output");
+  const DType dtype = checks::tensorDType(op, out, "output");
+  checks::cpuOnly(op, out, "output");
+  checks::rootInRange(op, opts.rootRank, getSize());
+  const int root = static_cast<int>(opts.rootRank);
+  std::vector<at::Tensor> ins =
+      checks::rootList(op, inputs, "input", getRank(), root, getSize(), out, "the output");
+  return launch(c10d::OpType::SCATTER, op,
+                callPrint(algo::Method::kScatter, dtype, out.numel(), nullptr, root), ins,
+                {out}, bytesOf(out) * getSize(), opTimeout(opts.timeout),
+                [this, out, ins, dtype, root](algo::Executor& ex) {
+                  at::Tensor mine = flatWorking(out);
+                  std::vector<at::Tensor> flats;
+                  std::vector<const void*> blocks;
+                  for (size_t j = 0; j < ins.size(); ++j) {
+                    flats.push_back(flatWorking(ins[j]));
+                    blocks.push_back(flats.back().data_ptr());
+                    // The root's own block is copied out before the others leave:
+                    // an output that shares memory with another rank's block
+                    // receives through a copy of its own.
+                    if (static_cast<int>(j) != root && overlaps(flats.back(), mine)) {
+                      mine = at::empty({out.numel()}, out.options());
+                    }
+                  }
+                  algo::Job job = algo::scatter(params(mine.numel() * getSize(), root), dtype,
+                                                mine.data_ptr(), blocks, ex.reducer());
+                  return Staged{std::move(job), [out, flats, mine]() mutable {
+                                  writeBack(out, mine);
+                                }};
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplitSizes,
+    std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
+  const char* op = "alltoall_base";
+  const DType dtype = checks::tensorDType(op, input, "input");
+  checks::tensorDType(op, output, "output");
+  checks::cpuOnly(op, input, "input");
+  checks::cpuOnly(op, output, "output");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), "ringcoll::", op,
+              ": output has dtype ", output.scalar_type(), " but input has dtype ",
+              input.scalar_type());
+  const std::vector<size_t> sendCounts =
+      checks::splitCounts(op, input, "input", inputSplitSizes, getSize());
+  const std::vector<size_t> recvCounts =
+      checks::splitCounts(op, output, "output", outputSplitSizes, getSize());
+  checks::selfBlock(op, sendCounts[getRank()], recvCounts[getRank()], getRank());
+  at::Tensor out = output;
+  at::Tensor in = input;
+  return launch(c10d::OpType::ALLTOALL_BASE, op, callPrint(algo::Method::kAlltoallBase, dtype, 0),
+                {in}, {out}, bytesOf(in) + bytesOf(out), opTimeout(opts.timeout),
+                [this, out, in, dtype, sendCounts, recvCounts](algo::Executor& ex) {
+                  at::Tensor o = flatWorking(out);
+                  at::Tensor i = flatWorking(in);
+                  if (overlaps(i, o)) i = i.clone();  // in place: send from a copy
+                  algo::Job job = algo::alltoall(
+                      params(0), dtype, blocksOf<const void*>(i, sendCounts), sendCounts,
+                      blocksOf<void*>(o, recvCounts), recvCounts, ex.reducer());
+                  return Staged{std::move(job), [out, o, i]() mutable { writeBack(out, o); }};
+                });
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall(std::vector<at::Tensor>& outputs,
+                                                         std::vector<at::Tensor>& inputs,
+                                                         const c10d::AllToAllOptions& opts) {
+  const char* op = "alltoall";
+  const int p = getSize();
+  TORCH_CHECK(static_cast<int>(inputs.size()) == p, "ringcoll::", op, ": input list has ",
+              inputs.size(), " tensors but the group has ", p, " ranks");
+  TORCH_CHECK(static_cast<int>(outputs.size()) == p, "ringcoll::", op, ": output list has ",
+              outputs.size(), " tensors but the group has ", p, " ranks");
+  const DType dtype = checks::tensorDType(op, inputs[0], "input 0");
+  std::vector<size_t> sendCounts, recvCounts;
+  for (int j = 0; j < p; ++j) {
+    for (const auto* t : {&inputs[j], &outputs[j]}) {
+      const std::string what = c10::str(t == &inputs[j] ? "input " : "output ", j);
+      checks::tensorDType(op, *t, what.c_str());
+      checks::cpuOnly(op, *t, what);
+      TORCH_CHECK(t->scalar_type() == inputs[0].scalar_type(), "ringcoll::", op, ": ", what,
+                  " has dtype ", t->scalar_type(), " but input 0 has dtype ",
+                  inputs[0].scalar_type());
+    }
+    sendCounts.push_back(static_cast<size_t>(inputs[j].numel()));
+    recvCounts.push_back(static_cast<size_t>(outputs[j].numel()));
+  }
+  checks::selfBlock(op, sendCounts[getRank()], recvCounts[getRank()], getRank());
+  size_t bytes = 0;
+  for (int j = 0; j < p; ++j) bytes += bytesOf(inputs[j]) + bytesOf(outputs[j]);
+  std::vector<at::Tensor> ins = inputs, outs = outputs;
+  return launch(c10d::OpType::ALLTOALL, op, callPrint(algo::Method::kAlltoall, dtype, 0), ins,
+                outs, bytes, opTimeout(opts.timeout),
+                [this, ins, outs, dtype, sendCounts, recvCounts](algo::Executor& ex) {
+                  std::vector<at::Tensor> is, os;
+                  std::vector<const void*> sends;
+                  std::vector<void*> recvs;
+                  for (const auto& t : outs) {
+                    os.push_back(flatWorking(t));
+                    recvs.push_back(os.back().data_ptr());
+                  }
+                  for (const auto& t : ins) {
+                    at::Tensor f = flatWorking(t);
+                    for (const auto& o : os) {
+                      if (overlaps(f, o)) {  // sent from a copy: an output may overwrite it
+                        f = f.clone();
+                        break;
+                      }
+                    }
+                    is.push_back(f);
+                    sends.push_back(f.data_ptr());
+                  }
+                  algo::Job job = algo::alltoall(params(0), dtype, sends, sendCounts, recvs,
+                                                 recvCounts, ex.reducer());
+                  return Staged{std::move(job), [outs, os, is]() mutable {
+                                  for (size_t j = 0; j < outs.size(); ++j) {
+                                    writeBack(outs[j], os[j]);
+                                  }
+                                }};
+                });
+}
+
+}  // namespace ringcoll
