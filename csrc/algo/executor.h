@@ -116,7 +116,12 @@ class Execution {
 
   // One pass over everything that can move; true if anything did.
   bool progress();
-  bool done() const { return remaining_ == 0 && headersOpen_ == 0; }
+  // A rank that only sends has every op done once its waves are posted; on a
+  // stream-ordered transport it is not done before its received headers' check is
+  // enqueued too (else that receive is left queued for the next collective).
+  bool done() const {
+    return remaining_ == 0 && headersOpen_ == 0 && (devPeers_.empty() || devChecked_);
+  }
   // The peer this execution waits for (-1 if none known) and what for.
   int waitingPeer() const { return waitPeer_; }
   std::string waitingWhat() const;

@@ -29,7 +29,8 @@
 //                                                experimental and off: its first GPU run
 //                                                (2026-11-23) reported a false mismatch
 //                                                (a stale header) in back-to-back reduce
-//                                                calls with different roots
+//                                                calls; fixed since (Execution::done()),
+//                                                not yet re-run on a GPU
 //   blockingWait RINGCOLL_BLOCKING_WAIT 0        CUDA: 1: Work.wait() blocks the host
 //                                                until the collective finished and
 //                                                raises on failure or timeout; 0: it
