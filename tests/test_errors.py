@@ -94,6 +94,11 @@ def test_bad_inputs_raise_on_every_rank(transport):
     ({"RINGCOLL_CHUNK_BYTES": "63"}, ["RINGCOLL_CHUNK_BYTES", "63", ">= 64"]),
     ({"RINGCOLL_DEBUG": "maybe"}, ["RINGCOLL_DEBUG", "maybe"]),
     ({"RINGCOLL_ALOG": "ring"}, ["unknown ringcoll knob RINGCOLL_ALOG", "RINGCOLL_ALGO"]),
+    ({"RINGCOLL_GPU_CHUNK_BYTES": "32"}, ["RINGCOLL_GPU_CHUNK_BYTES", "32", ">= 64"]),
+    ({"RINGCOLL_BLOCKING_WAIT": "sometimes"}, ["RINGCOLL_BLOCKING_WAIT", "sometimes"]),
+    ({"RINGCOLL_ASYNC_ERROR_HANDLING": "ignore"},
+     ["RINGCOLL_ASYNC_ERROR_HANDLING", "ignore", "teardown, raise"]),
+    ({"RINGCOLL_GPU_FINGERPRINT": "2"}, ["RINGCOLL_GPU_FINGERPRINT", "2"]),
 ])
 def test_bad_knob_values(overrides, fragments, monkeypatch):
     with pytest.raises(RuntimeError) as err:
@@ -116,6 +121,16 @@ def test_knob_defaults_and_options():
     desc = _C.knobs(opts.overrides())
     for want in ("RINGCOLL_CHUNK_BYTES=4096", "RINGCOLL_DEBUG=1", "RINGCOLL_TRANSPORT=shm",
                  "RINGCOLL_INLINE_BYTES=0", "RINGCOLL_HOST=h1"):
+        assert want in desc, desc
+    # The CUDA knobs: defaults, and set through Options.
+    for want in ("RINGCOLL_GPU_CHUNK_BYTES=33554432", "RINGCOLL_BLOCKING_WAIT=0",
+                 "RINGCOLL_ASYNC_ERROR_HANDLING=teardown", "RINGCOLL_GPU_FINGERPRINT=0"):
+        assert want in _C.knobs({}), _C.knobs({})
+    desc = _C.knobs(ringcoll.Options(gpu_chunk_bytes=1 << 20, blocking_wait=True,
+                                     async_error_handling="raise",
+                                     gpu_fingerprint=True).overrides())
+    for want in ("RINGCOLL_GPU_CHUNK_BYTES=1048576", "RINGCOLL_BLOCKING_WAIT=1",
+                 "RINGCOLL_ASYNC_ERROR_HANDLING=raise", "RINGCOLL_GPU_FINGERPRINT=1"):
         assert want in desc, desc
 
 

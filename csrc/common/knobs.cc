@@ -111,10 +111,11 @@ std::string Knobs::describe() const {
                 " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_INLINE_BYTES=", inlineBytes,
                 " RINGCOLL_HOST=", host.empty() ? "(auto)" : host,
                 " RINGCOLL_DEBUG=", debug ? 1 : 0, " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0,
-                " RINGCOLL_TRACE=", trace, " RINGCOLL_GPU_CHUNK_BYTES=", gpuChunkBytes,
+                " RINGCOLL_GPU_CHUNK_BYTES=", gpuChunkBytes,
                 " RINGCOLL_GPU_FINGERPRINT=", gpuFingerprint ? 1 : 0,
                 " RINGCOLL_BLOCKING_WAIT=", blockingWait ? 1 : 0,
-                " RINGCOLL_ASYNC_ERROR_HANDLING=", asyncErrorHandling);
+                " RINGCOLL_ASYNC_ERROR_HANDLING=", asyncErrorHandling,
+                " RINGCOLL_TRACE=", trace);  // last: empty when off
 }
 
 }  // namespace ringcoll
