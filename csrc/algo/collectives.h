@@ -89,6 +89,9 @@ Job barrier(const Algorithm& algo, const Params& prm, void* scratch);
 // Direct gather. prm.n = p * m: rank i's m elements at `mine` reach blocks[i] on
 // the root (p pointers to m elements each there; empty on other ranks).
 Schedule gatherSchedule(const Params& prm);
+// The one step of gather (toRoot) and scatter (!toRoot): block q of the buffer
+// moves between the root and rank q, for every q but the root (defined in gather.cc).
+Step starStep(const Params& prm, bool toRoot);
 Job gather(const Params& prm, DType dtype, const void* mine, const std::vector<void*>& blocks,
            Reducer& reducer);
 

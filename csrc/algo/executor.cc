@@ -61,6 +61,8 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
     };
     for (const auto& c : plan_.channels) add(c.peer);
     for (int peer : job_.neighbours) add(peer);
+    devHeader_ = job_.fingerprint;
+    devHeader_.rank = -1;
   }
   for (const PlanOp& op : plan_.ops) {
     if (job_.regions.empty() || op.count == 0) continue;

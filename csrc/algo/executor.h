@@ -182,6 +182,9 @@ class Execution {
   std::vector<int> devPeers_;         // stream-ordered: the peers of the device check
   bool devPosted_ = false;            // ... their headers are in a batch
   bool devChecked_ = false;           // ... and their check is enqueued
+  // The bytes sent and compared on the device: the fingerprint without the
+  // sender's rank (not part of the call; the backend names the peer itself).
+  Fingerprint devHeader_;
   bool prologueDone_;                 // job_.prologue ran (or there is none)
   size_t elemSize_;
   bool streaming_;  // the buffer is larger than the reducer's streamingBytes()

@@ -14,13 +14,9 @@ bool Execution::progressWaves() {
   // The fingerprint on the device (executor.h): this rank's header out to every
   // peer and theirs in, ahead of the first wave's transfers and in its batch (a
   // batch of their own when there is no wave).
-  // The sender's rank is not part of the call: it is left out (-1) of the bytes
-  // sent and compared, and the backend names the peer when it reports.
-  Fingerprint header = job_.fingerprint;
-  header.rank = -1;
   if (!devPosted_ && !devPeers_.empty()) {
     void* mine = reducer_.headerSlot(0);
-    reducer_.writeHeader(mine, &header, sizeof(Fingerprint));
+    reducer_.writeHeader(mine, &devHeader_, sizeof(Fingerprint));
     for (int peer : devPeers_) {
       const bool posted =
           transport_.trySend(peer, mine, sizeof(Fingerprint)) &&
@@ -36,7 +32,7 @@ bool Execution::progressWaves() {
     for (int peer : devPeers_) {
       const void* view = transport_.recvView(peer);
       RC_ASSERT(view != nullptr, "no view of a posted header receive from rank ", peer);
-      reducer_.checkHeader(view, &header, sizeof(Fingerprint), peer);
+      reducer_.checkHeader(view, &devHeader_, sizeof(Fingerprint), peer);
       transport_.releaseRecv(peer);
     }
     devChecked_ = true;

@@ -30,19 +30,23 @@ Schedule gatherSchedule(const Params& prm) {
             " not a multiple of ", prm.size);
   const bool root = prm.rank == prm.root;
   Schedule s{"direct-gather", {}, root ? Range{0, prm.n} : Range{}};
-  if (prm.size == 1) return s;
+  if (prm.size > 1) s.steps.push_back(starStep(prm, /*toRoot=*/true));
+  return s;
+}
+
+Step starStep(const Params& prm, bool toRoot) {
+  const bool root = prm.rank == prm.root;
   Step st;
   for (int q = 0; q < prm.size; ++q) {
     if (q == prm.root || (!root && q != prm.rank)) continue;
     const Range block = blockRange(prm.n, prm.size, q);
     if (root) {
-      st.transfers.push_back({Kind::kRecvCopy, q, block});
+      st.transfers.push_back({toRoot ? Kind::kRecvCopy : Kind::kSend, q, block});
     } else {
-      st.transfers.push_back({Kind::kSend, prm.root, block});
+      st.transfers.push_back({toRoot ? Kind::kSend : Kind::kRecvCopy, prm.root, block});
     }
   }
-  s.steps.push_back(std::move(st));
-  return s;
+  return st;
 }
 
 Job gather(const Params& prm, DType dtype, const void* mine, const std::vector<void*>& blocks,

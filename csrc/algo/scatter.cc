@@ -26,20 +26,8 @@ Schedule scatterSchedule(const Params& prm) {
   RC_ASSERT(prm.root >= 0 && prm.root < prm.size, "root ", prm.root, " of ", prm.size);
   RC_ASSERT(prm.n % static_cast<size_t>(prm.size) == 0, "scatter buffer ", prm.n,
             " not a multiple of ", prm.size);
-  const bool root = prm.rank == prm.root;
   Schedule s{"direct-scatter", {}, blockRange(prm.n, prm.size, prm.rank)};
-  if (prm.size == 1) return s;
-  Step st;
-  for (int q = 0; q < prm.size; ++q) {
-    if (q == prm.root || (!root && q != prm.rank)) continue;
-    const Range block = blockRange(prm.n, prm.size, q);
-    if (root) {
-      st.transfers.push_back({Kind::kSend, q, block});
-    } else {
-      st.transfers.push_back({Kind::kRecvCopy, prm.root, block});
-    }
-  }
-  s.steps.push_back(std::move(st));
+  if (prm.size > 1) s.steps.push_back(starStep(prm, /*toRoot=*/false));
   return s;
 }
 

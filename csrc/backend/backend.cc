@@ -181,18 +181,7 @@ void RingcollBackend::checkInterrupts(const CpuTask& t) {
   if (!report.empty()) throw ReportedError(report);
 }
 
-std::string RingcollBackend::peerReport() {
-  try {
-    if (store_->check({kFailureKey})) {
-      const std::vector<uint8_t> v = store_->get(kFailureKey);
-      return std::string(v.begin(), v.end());
-    }
-  } catch (const std::exception&) {
-    // The store's host may be the peer that died; this collective's own timeout
-    // and the transports' liveness checks still end it.
-  }
-  return "";
-}
+std::string RingcollBackend::peerReport() { return readFailureReport(store_, kFailureKey); }
 
 std::vector<std::string> RingcollBackend::links() const {
   std::vector<std::string> out;
@@ -385,11 +374,8 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
     if (mismatch) {
       // Tell the ranks that exchanged no header with the disagreeing ones
       // (checkInterrupts); best effort: they time out otherwise.
-      try {
-        const std::string report = c10::str("rank ", getRank(), " found that ", e.what());
-        store_->set(kFailureKey, std::vector<uint8_t>(report.begin(), report.end()));
-      } catch (const std::exception&) {
-      }
+      postFailureReport(store_, kFailureKey,
+                        c10::str("rank ", getRank(), " found that ", e.what()));
     }
     try {
       C10_THROW_ERROR(DistBackendError, msg);

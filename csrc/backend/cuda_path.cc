@@ -294,17 +294,7 @@ c10::intrusive_ptr<c10d::Work> CudaPath::launch(
   return work;
 }
 
-std::string CudaPath::peerReport() {
-  try {
-    if (store_->check({kCudaFailureKey})) {
-      const std::vector<uint8_t> v = store_->get(kCudaFailureKey);
-      return std::string(v.begin(), v.end());
-    }
-  } catch (const std::exception&) {
-    // The store's host may be the rank that died; timeouts still end the wait.
-  }
-  return "";
-}
+std::string CudaPath::peerReport() { return readFailureReport(store_, kCudaFailureKey); }
 
 std::string CudaPath::mismatchText() {
   const int peer = reducer_->mismatchPeer();
@@ -331,14 +321,7 @@ void CudaPath::failAll(const std::string& why, bool report, bool teardown) {
     comm_->abort();
   }
   // (4) the other ranks learn why.
-  if (report) {
-    try {
-      const std::string text = c10::str("rank ", rank_, " reported: ", why);
-      store_->set(kCudaFailureKey, std::vector<uint8_t>(text.begin(), text.end()));
-    } catch (const std::exception&) {
-      // The store may be gone with the rank that failed; the others time out.
-    }
-  }
+  if (report) postFailureReport(store_, kCudaFailureKey, c10::str("rank ", rank_, " reported: ", why));
   if (teardown) {
     std::fprintf(stderr,
                  "[ringcoll rank %d] %s\n[ringcoll rank %d] RINGCOLL_ASYNC_ERROR_HANDLING="

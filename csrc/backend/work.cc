@@ -4,6 +4,26 @@
 
 namespace ringcoll {
 
+void postFailureReport(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key,
+                       const std::string& text) {
+  try {
+    store->set(key, std::vector<uint8_t>(text.begin(), text.end()));
+  } catch (const std::exception&) {
+  }
+}
+
+std::string readFailureReport(const c10::intrusive_ptr<c10d::Store>& store,
+                              const std::string& key) {
+  try {
+    if (store->check({key})) {
+      const std::vector<uint8_t> v = store->get(key);
+      return std::string(v.begin(), v.end());
+    }
+  } catch (const std::exception&) {
+  }
+  return "";
+}
+
 RingcollWork::RingcollWork(int rank, c10d::OpType type, std::string label, uint64_t seq,
                            std::chrono::milliseconds timeout,
                            std::vector<at::Tensor> outputs,

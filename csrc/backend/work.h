@@ -15,9 +15,19 @@
 #include <vector>
 
 #include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace ringcoll {
+
+// A failure one rank saw, left in the group's store under `key` for the others
+// (both paths: the CPU worker and the CUDA watchdog). Best effort: the store's host
+// may be the rank that died, and then the others' own timeouts end their waits.
+void postFailureReport(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key,
+                       const std::string& text);
+// The report under `key`, "" if none (or the store is unreachable).
+std::string readFailureReport(const c10::intrusive_ptr<c10d::Store>& store,
+                              const std::string& key);
 
 class RingcollWork final : public c10d::Work {
  public:
