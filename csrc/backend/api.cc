@@ -246,29 +246,4 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::barrier(const c10d::BarrierOptio
                 });
 }
 
-// User point-to-point goes straight to the gloo group: it is not a collective and
-// has no schedule. ringcoll's own traffic uses kInternalTag, which users may not.
-c10::intrusive_ptr<c10d::Work> RingcollBackend::send(std::vector<at::Tensor>& tensors,
-                                                     int dstRank, int tag) {
-  TORCH_CHECK(tag != kInternalTag, "ringcoll::send: tag ", tag,
-              " is reserved for ringcoll's collectives");
-  checks::rootInRange("send", dstRank, getSize());
-  return p2p_->send(tensors, dstRank, tag);
-}
-
-c10::intrusive_ptr<c10d::Work> RingcollBackend::recv(std::vector<at::Tensor>& tensors,
-                                                     int srcRank, int tag) {
-  TORCH_CHECK(tag != kInternalTag, "ringcoll::recv: tag ", tag,
-              " is reserved for ringcoll's collectives");
-  checks::rootInRange("recv", srcRank, getSize());
-  return p2p_->recv(tensors, srcRank, tag);
-}
-
-c10::intrusive_ptr<c10d::Work> RingcollBackend::recvAnysource(
-    std::vector<at::Tensor>& tensors, int tag) {
-  TORCH_CHECK(tag != kInternalTag, "ringcoll::recv: tag ", tag,
-              " is reserved for ringcoll's collectives");
-  return p2p_->recvAnysource(tensors, tag);
-}
-
 }  // namespace ringcoll

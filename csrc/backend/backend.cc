@@ -8,6 +8,7 @@
 #include <optional>
 
 #include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "backend/gloo_port.h"
 #include "backend/topology.h"
@@ -32,6 +33,11 @@ constexpr auto kReportPoll = std::chrono::milliseconds(100);
 // shutdown() lets a collective in flight finish while it makes progress; one that
 // waited this long for its peers is failed instead of waiting out the timeout.
 constexpr auto kShutdownGrace = std::chrono::seconds(2);
+
+// Point-to-point's gloo lanes wait this long for one message: a peer may send
+// nothing for hours, and a lane that timed out would close the gloo pair the
+// collectives use too. The engine times out each request itself.
+constexpr auto kPointToPointLaneWait = std::chrono::hours(24 * 30);
 
 // The group's store key under which the first rank that saw a disagreement
 // writes it.
@@ -93,6 +99,18 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   } catch (const std::runtime_error& e) {
     C10_THROW_ERROR(DistBackendError, c10::str("ringcoll: setting up the transport: ", e.what()));
   }
+  try {
+    // Transports of its own, set up under a store prefix of their own, their gloo
+    // messages under a tag of their own.
+    StoreRendezvous prv(c10::make_intrusive<c10d::PrefixStore>("ringcoll/user-p2p", store_));
+    pointToPoint_ = std::make_unique<P2PEngine>(
+        makeCpuTransport(topo, knobs_.transport, prv, makeGlooPort(p2p_, kPointToPointTag),
+                         rank, size, knobs_.chunkBytes, kPointToPointLaneWait),
+        knobs_.chunkBytes);
+  } catch (const std::runtime_error& e) {
+    C10_THROW_ERROR(DistBackendError,
+                    c10::str("ringcoll: setting up the point-to-point transport: ", e.what()));
+  }
   executor_ = std::make_shared<algo::Executor>(*transport_, reducer_, knobs_.chunkBytes);
   if (!knobs_.trace.empty()) {
     tracer_ = std::make_unique<algo::Tracer>();
@@ -128,6 +146,10 @@ void RingcollBackend::stop(Stop how) {
   // while joining, or the two threads deadlock. The worker's tasks see stop_ within
   // kReportPoll and fail (queued ones at once), so the join is prompt.
   auto join = [this, how] {
+    if (pointToPoint_) {
+      pointToPoint_->stop(how == Stop::kAbort ? P2PEngine::Stop::kAbort
+                                              : P2PEngine::Stop::kShutdown);
+    }
     worker_.reset();
     // Nothing runs on them any more: unmap the shared memory, close the lanes.
     executor_.reset();
@@ -274,13 +296,16 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
     auto work = path->launch(type, traceTag(op, seq), label, seq, fp, timeout, inputs,
                              std::move(outputs), body);
     afterCollective();
+    noteCoalesced(work);
     return work;
 #else
     TORCH_CHECK(false, "ringcoll::", op, ": this ringcoll build has no CUDA support");
 #endif
   }
-  return launchCpu(type, op, label, seq, fp, std::move(outputs), bytes, timeout,
-                   std::move(body));
+  auto work = launchCpu(type, op, label, seq, fp, std::move(outputs), bytes, timeout,
+                        std::move(body));
+  noteCoalesced(work);
+  return work;
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, const char* op,

@@ -25,10 +25,17 @@
 // (CPU and CUDA) and writes this rank's trace file (backend/trace_writer.h) after
 // collectives, now and then, and when it stops.
 //
-// abort() fails the collectives in flight and queued at once; shutdown() (called
-// by destroy_process_group) lets them finish while they make progress and fails
-// them once they waited kShutdownGrace for a peer. Either way the backend is then
-// unusable and its threads are joined, so neither ever hangs on a dead peer.
+// Point-to-point (send, recv, recv from any source, batch_isend_irecv through
+// start/endCoalescing) and monitoredBarrier run on a P2PEngine (backend/p2p.h)
+// with transports of their own, built like the collectives' (shared memory within
+// a host, gloo between hosts): user messages never interleave with a collective's
+// pairing, and a failed send or recv does not make the collectives unusable.
+//
+// abort() fails the collectives (and point-to-point requests) in flight and queued
+// at once; shutdown() (called by destroy_process_group) lets them finish while they
+// make progress and fails them once they waited kShutdownGrace for a peer. Either
+// way the backend is then unusable and its threads are joined, so neither ever
+// hangs on a dead peer.
 #pragma once
 
 #include <atomic>
@@ -47,6 +54,7 @@
 #include "algo/registry.h"
 #include "algo/select.h"
 #include "backend/call.h"
+#include "backend/p2p.h"
 #include "backend/trace_writer.h"
 #include "backend/worker.h"
 #include "common/knobs.h"
@@ -60,8 +68,9 @@ namespace ringcoll {
 
 class RingcollBackend final : public c10d::Backend {
  public:
-  // `p2p`: a gloo process group over the same ranks, used by the gloo transport and
-  // for user send/recv. `group`: the process group's id (names its trace files).
+  // `p2p`: a gloo process group over the same ranks, used by the gloo transports
+  // (collectives' and point-to-point's). `group`: the process group's id (names its
+  // trace files).
   RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                   std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Backend> p2p,
                   Knobs knobs, const std::string& group = "");
@@ -105,12 +114,17 @@ class RingcollBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
+  // api_p2p.cc: point-to-point, coalescing (batch_isend_irecv), monitoredBarrier.
   c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
                                       int tag) override;
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors,
                                                int tag) override;
+  bool supportsCoalescing() const override { return true; }
+  void startCoalescing() override;
+  c10::intrusive_ptr<c10d::Work> endCoalescing() override;
+  void monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) override;
 
   void abort() override { stop(Stop::kAbort); }
   void shutdown() override { stop(Stop::kShutdown); }
@@ -118,8 +132,10 @@ class RingcollBackend final : public c10d::Backend {
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 
-  // The gloo tag of ringcoll's own messages; user send/recv may not use it.
+  // The gloo tags of ringcoll's messages on its gloo group: the collectives', and
+  // point-to-point's (user tags travel inside its headers, so any tag is the user's).
   static constexpr int kInternalTag = 0x52430000;
+  static constexpr int kPointToPointTag = kInternalTag + 1;
 
  private:
   struct CpuTask;
@@ -168,6 +184,12 @@ class RingcollBackend final : public c10d::Backend {
   // a collective.
   algo::TraceTag traceTag(const char* op, uint64_t seq) const;
   void afterCollective();
+  // api_p2p.cc: posts one send or receive (srcOrDst kAnySource: any source).
+  c10::intrusive_ptr<c10d::Work> postPointToPoint(const char* op, c10d::OpType type,
+                                                  std::vector<at::Tensor>& tensors,
+                                                  int peer, int tag);
+  // Between startCoalescing and endCoalescing: `work` joins the coalesced Work.
+  void noteCoalesced(const c10::intrusive_ptr<c10d::Work>& work);
 
   const c10::intrusive_ptr<c10d::Store> store_;
   const Knobs knobs_;
@@ -181,6 +203,14 @@ class RingcollBackend final : public c10d::Backend {
   std::unique_ptr<algo::Tracer> tracer_;
   std::unique_ptr<TraceWriter> traceWriter_;
   std::unique_ptr<RoutedTransport> transport_;
+  // Point-to-point: stopped with the backend, kept until it is destroyed (a call
+  // racing stop() then fails instead of touching freed memory).
+  std::unique_ptr<P2PEngine> pointToPoint_;
+  std::atomic<uint64_t> p2pSeq_{0};        // numbers send/recv/coalesced Works
+  std::atomic<uint64_t> monitoredSeq_{0};  // numbers monitoredBarrier calls
+  std::mutex coalesceMutex_;
+  bool coalescing_ = false;
+  std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
   CpuReducer reducer_;
   std::shared_ptr<algo::Executor> executor_;
   at::Tensor workspace_;  // bytes, CPU; see workspace()

@@ -1,4 +1,4 @@
-// ringcoll's c10d::Work: one per collective call.
+// ringcoll's c10d::Work: one per collective, point-to-point or coalesced call.
 //
 // Contract (c10d's Work.hpp): wait() blocks until the collective finished and
 // rethrows its error; it honours a timeout (the call's, else the group's) and then
@@ -7,6 +7,7 @@
 // completed with the output tensors, as DDP's comm hooks expect.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -43,6 +44,9 @@ class RingcollWork final : public c10d::Work {
   void synchronize() override {}
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
   uint64_t getSequencenumber() const override { return seq_; }
+  // A receive's sender (recv from any source); -1 otherwise.
+  int sourceRank() const override { return sourceRank_.load(); }
+  void setSourceRank(int rank) { sourceRank_.store(rank); }
 
   // Called once by the worker.
   void finish();
@@ -57,6 +61,7 @@ class RingcollWork final : public c10d::Work {
   const std::chrono::milliseconds timeout_;
   std::vector<at::Tensor> outputs_;
   std::function<std::string()> describeWait_;
+  std::atomic<int> sourceRank_{-1};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 

@@ -49,6 +49,7 @@ class GlooTransport final : public Transport {
 
   uint32_t idleToken() override { return bell_->token(); }
   void idle(uint32_t token, Clock::time_point until) override { bell_->wait(token, until); }
+  void wake() override { bell_->ring(); }
 
  private:
   class Lane;

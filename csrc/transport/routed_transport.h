@@ -39,6 +39,7 @@ class RoutedTransport final : public Transport {
   void flush() override;
   uint32_t idleToken() override { return sleeper_->idleToken(); }
   void idle(uint32_t token, Clock::time_point until) override { sleeper_->idle(token, until); }
+  void wake() override { sleeper_->wake(); }
 
   // The transport serving `peer`'s link ("shm", "gloo").
   std::string linkName(int peer) const { return byPeer_[peer]->name(); }

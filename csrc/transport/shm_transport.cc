@@ -245,10 +245,11 @@ void ShmTransport::releaseRecv(int peer) {
 
 void ShmTransport::checkPeers() {
   for (size_t peer = 0; peer < links_.size(); ++peer) {
-    const Link& l = links_[peer];
-    if (l.pidfd < 0) continue;
+    Link& l = links_[peer];
+    if (l.pidfd < 0 || l.exitReported) continue;
     pollfd pfd{l.pidfd, POLLIN, 0};
     if (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN)) {
+      l.exitReported = true;
       throw PeerError(static_cast<int>(peer),
                       RC_STR("rank ", peer, " (pid ", l.pid, ") exited"));
     }

@@ -20,7 +20,8 @@
 // only used once a peer writes them.
 //
 // A peer that exits is noticed while waiting (a pidfd per peer, checked between
-// sleeps) and reported as PeerError naming it, instead of waiting out the timeout.
+// sleeps) and reported, once, as PeerError naming it, instead of waiting out the
+// timeout.
 #pragma once
 
 #include <atomic>
@@ -61,10 +62,13 @@ class ShmTransport final : public Transport {
 
   uint32_t idleToken() override { return bell_->token(); }
   void idle(uint32_t token, Clock::time_point until) override;
+  void wake() override { bell_->ring(); }
 
   // The doorbell peers ring; other transports of the same backend ring it too.
   Doorbell& doorbell() { return *bell_; }
-  // Throws PeerError if a local peer has exited.
+  // Throws PeerError if a local peer has exited; each exit once (a caller that
+  // keeps using the transport for its other peers, as point-to-point does, then
+  // learns of a second exit too).
   void checkPeers();
 
  private:
@@ -80,6 +84,7 @@ class ShmTransport final : public Transport {
     Segment seg;          // the peer's segment
     int pidfd = -1;
     int pid = 0;
+    bool exitReported = false;
     uint64_t written = 0;   // messages this rank published to the peer
     uint64_t consumed = 0;  // messages this rank released from the peer
     std::vector<size_t> expected;  // sizes of announced receives, oldest first

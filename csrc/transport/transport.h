@@ -33,6 +33,10 @@
 //                                        `until`; it spins briefly, then yields, then
 //                                        sleeps, so ranks that outnumber the cores
 //                                        still make progress.
+//             wake()                     the one verb another thread may call: makes
+//                                        a concurrent (or the next) idle() return,
+//                                        for a thread that drives the transport and
+//                                        must also see work queued from outside
 //
 // A transport's completion is either host-observed (shared memory, gloo: a view is
 // returned once the bytes are in memory, a send is done once its source may be
@@ -87,6 +91,8 @@ class Transport {
   virtual void fence() {}
   virtual uint32_t idleToken() = 0;
   virtual void idle(uint32_t token, Clock::time_point until) = 0;
+  // Thread-safe. Host transports ring their doorbell; NCCL is never idle-waited.
+  virtual void wake() {}
 };
 
 }  // namespace ringcoll

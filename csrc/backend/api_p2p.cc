@@ -1,0 +1,309 @@
+// The point-to-point c10d API of RingcollBackend over its P2PEngine
+// (backend/p2p.h): send, recv, recv from any source; start/endCoalescing, which
+// torch's batch_isend_irecv uses once a backend supports coalescing; and
+// monitoredBarrier, built from the same messages on a channel of its own.
+//
+// Point-to-point Works are numbered apart from the collectives (a send has no
+// counterpart on the ranks it does not involve, and the collectives' sequence
+// numbers must agree on every rank): "ringcoll::recv #3 (rank 0 of 2)" is this
+// rank's third point-to-point call.
+#include <condition_variable>
+#include <mutex>
+
+#include "backend/api_helpers.h"
+#include "backend/backend.h"
+#include "backend/checks.h"
+#include "backend/work.h"
+
+namespace ringcoll {
+
+namespace {
+// The Work's error: "<label>: <what happened>", a DistBackendError.
+std::exception_ptr labelled(const std::string& label, const std::string& what) {
+  try {
+    C10_THROW_ERROR(DistBackendError, c10::str(label, ": ", what));
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+// A blocking request for monitoredBarrier: the engine completes it (success,
+// failure, or "Timed out" after its timeout), so waiting for it never hangs.
+struct Pending {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  P2PEngine::Result result;
+  std::string payload;  // a send's bytes, alive until it completed
+
+  P2PEngine::Result wait() {
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, [this] { return done; });
+    return result;
+  }
+};
+
+std::shared_ptr<Pending> postControl(P2PEngine& engine, bool send, int peer, int64_t tag,
+                                     std::string payload, std::chrono::milliseconds timeout) {
+  auto p = std::make_shared<Pending>();
+  p->payload = std::move(payload);
+  P2PEngine::Request r;
+  r.send = send;
+  r.peer = peer;
+  r.channel = P2PEngine::Channel::kMonitoredBarrier;
+  r.tag = tag;
+  r.buf = p->payload.data();
+  r.bytes = send ? p->payload.size() : 0;
+  r.anySize = !send && peer == 0;  // releases carry rank 0's verdict
+  r.timeout = timeout;
+  r.done = [p](P2PEngine::Result& res) {
+    std::lock_guard<std::mutex> lock(p->mutex);
+    p->result = std::move(res);
+    p->done = true;
+    p->cv.notify_all();
+  };
+  engine.post(std::move(r));
+  return p;
+}
+
+std::string joinRanks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::send(std::vector<at::Tensor>& tensors,
+                                                     int dstRank, int tag) {
+  return postPointToPoint("send", c10d::OpType::SEND, tensors, dstRank, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::recv(std::vector<at::Tensor>& tensors,
+                                                     int srcRank, int tag) {
+  return postPointToPoint("recv", c10d::OpType::RECV, tensors, srcRank, tag);
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::recvAnysource(
+    std::vector<at::Tensor>& tensors, int tag) {
+  return postPointToPoint("recv", c10d::OpType::RECVANYSOURCE, tensors, P2PEngine::kAnySource,
+                          tag);
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::postPointToPoint(
+    const char* op, c10d::OpType type, std::vector<at::Tensor>& tensors, int peer, int tag) {
+  const bool isSend = type == c10d::OpType::SEND;
+  at::Tensor t = checks::single(op, tensors, "tensor");
+  checks::cpuOnly(op, t, "tensor");
+  TORCH_CHECK(t.layout() == at::kStrided, "ringcoll::", op, ": tensor has layout ", t.layout(),
+              "; only dense tensors can be sent or received");
+  if (peer != P2PEngine::kAnySource) {
+    TORCH_CHECK(peer >= 0 && peer < getSize(), "ringcoll::", op, ": ",
+                isSend ? "destination" : "source", " rank ", peer, " is not a rank of this ",
+                getSize(), "-rank group");
+  }
+  const uint64_t seq = ++p2pSeq_;
+  const std::string label = RingcollWork::label(op, seq, getRank(), getSize());
+  throwIfStopped(label);
+  // The engine reads or writes contiguous memory: a non-contiguous tensor goes
+  // through a copy (back into the tensor once received).
+  at::Tensor flat = t.contiguous();
+  const std::string whom =
+      isSend ? c10::str("it was sending to rank ", peer, " (tag ", tag, ")")
+             : c10::str("it was waiting for a message from ",
+                        peer == P2PEngine::kAnySource ? std::string("any rank")
+                                                      : c10::str("rank ", peer),
+                        " (tag ", tag, ")");
+  auto work = c10::make_intrusive<RingcollWork>(
+      getRank(), type, label, seq, timeout_,
+      isSend ? std::vector<at::Tensor>{} : std::vector<at::Tensor>{t},
+      [whom] { return whom; });
+  P2PEngine::Request r;
+  r.send = isSend;
+  r.peer = peer;
+  r.tag = tag;
+  r.buf = flat.numel() ? flat.data_ptr() : nullptr;
+  r.bytes = bytesOf(flat);
+  r.timeout = timeout_;
+  // Holds both tensors until the engine is done with their memory.
+  r.done = [work, t, flat, label, isSend](P2PEngine::Result& res) mutable {
+    if (!res.error.empty()) {
+      work->finishWithError(labelled(label, res.error));
+      return;
+    }
+    work->setSourceRank(res.source);
+    try {
+      if (!isSend && !flat.is_same(t)) t.copy_(flat);
+    } catch (...) {
+      work->finishWithError(std::current_exception());
+      return;
+    }
+    work->finish();
+  };
+  pointToPoint_->post(std::move(r));
+  noteCoalesced(work);
+  return work;
+}
+
+// ---------------------------------------------------------------------------------
+// Coalescing. torch's batch_isend_irecv, on a backend that supports coalescing,
+// calls startCoalescing, the sends and receives, then endCoalescing, and waits for
+// the one Work that returns. Every call in between (point-to-point or collective)
+// still runs as it would alone; the coalesced Work completes once they all did,
+// with the first error if any failed.
+
+void RingcollBackend::noteCoalesced(const c10::intrusive_ptr<c10d::Work>& work) {
+  std::lock_guard<std::mutex> lock(coalesceMutex_);
+  if (coalescing_) coalesced_.push_back(work);
+}
+
+void RingcollBackend::startCoalescing() {
+  std::lock_guard<std::mutex> lock(coalesceMutex_);
+  TORCH_CHECK(!coalescing_, "ringcoll::startCoalescing: already coalescing (no endCoalescing "
+                            "since the last startCoalescing)");
+  coalescing_ = true;
+  coalesced_.clear();
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::endCoalescing() {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  {
+    std::lock_guard<std::mutex> lock(coalesceMutex_);
+    TORCH_CHECK(coalescing_, "ringcoll::endCoalescing: called without startCoalescing");
+    coalescing_ = false;
+    works.swap(coalesced_);
+  }
+  const uint64_t seq = ++p2pSeq_;
+  const std::string label = RingcollWork::label("coalesced", seq, getRank(), getSize());
+  const size_t count = works.size();
+  auto all = c10::make_intrusive<RingcollWork>(
+      getRank(), c10d::OpType::COALESCED, label, seq, timeout_, std::vector<at::Tensor>{},
+      [count] { return c10::str("it was waiting for ", count, " coalesced operations"); });
+  if (works.empty()) {
+    all->finish();
+    return all;
+  }
+  struct Countdown {
+    std::mutex mutex;
+    size_t left;
+    std::exception_ptr first;
+  };
+  auto state = std::make_shared<Countdown>();
+  state->left = count;
+  for (auto& w : works) {
+    w->getFuture()->addCallback([state, all](c10::ivalue::Future& f) {
+      bool last;
+      std::exception_ptr error;
+      {
+        std::lock_guard<std::mutex> lock(state->mutex);
+        if (f.hasError() && !state->first) state->first = f.exception_ptr();
+        last = --state->left == 0;
+        error = state->first;
+      }
+      if (!last) return;
+      if (error) {
+        all->finishWithError(error);
+      } else {
+        all->finish();
+      }
+    });
+  }
+  return all;
+}
+
+// ---------------------------------------------------------------------------------
+// monitoredBarrier: every other rank sends rank 0 an arrival, then waits for rank
+// 0's release; rank 0 waits for the arrivals within the timeout, in rank order, and
+// releases everybody, or names the ranks that did not arrive (the first one, or
+// with waitAllRanks every one) and sends its verdict to the ranks that arrived so
+// that they raise too instead of waiting out their timeout. The messages go on a
+// channel of their own, all with one tag, as gloo's do: a rank that skips a call
+// (or reaches it after rank 0 gave up) is counted at rank 0's next call, and no
+// message is ever left for a rank that did not arrive.
+
+void RingcollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
+  const uint64_t call = ++monitoredSeq_;
+  const std::string label = RingcollWork::label("monitored_barrier", call, getRank(), getSize());
+  throwIfStopped(label);
+  const auto timeout = opts.timeout.count() >= 0 ? opts.timeout : timeout_;
+  const int p = getSize();
+  const int me = getRank();
+  if (p == 1) return;
+  constexpr int64_t tag = 0;
+  P2PEngine& engine = *pointToPoint_;
+
+  if (me != 0) {
+    // Rank 0 may take the whole timeout to decide before it answers: wait for its
+    // answer twice as long, so that a verdict is not left for the next call.
+    auto arrival = postControl(engine, true, 0, tag, "", 2 * timeout);
+    auto release = postControl(engine, false, 0, tag, "", 2 * timeout);
+    P2PEngine::Result res = release.get()->wait();
+    std::string why = res.error;
+    if (why.empty() && !res.data.empty()) {
+      why = "rank 0 reported: " + std::string(res.data.begin(), res.data.end());
+    }
+    if (!why.empty()) {
+      C10_THROW_ERROR(DistBackendError,
+                      c10::str(label, ": Rank ", me, " successfully reached monitoredBarrier, "
+                               "but received errors while waiting for send/recv from rank 0: ",
+                               why));
+    }
+    arrival->wait();  // delivered: rank 0 released us after it
+    return;
+  }
+
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + timeout;
+  std::vector<std::shared_ptr<Pending>> arrivals(static_cast<size_t>(p));
+  for (int r = 1; r < p; ++r) arrivals[r] = postControl(engine, false, r, tag, "", timeout);
+  std::string verdict;
+  std::vector<int> missing;
+  std::string details;
+  for (int r = 1; r < p; ++r) {
+    bool arrivedAlready;
+    {
+      std::lock_guard<std::mutex> lock(arrivals[r]->mutex);
+      arrivedAlready = arrivals[r]->done && arrivals[r]->result.error.empty();
+    }
+    if (!waitAllRanks && !arrivedAlready && Clock::now() >= deadline) {
+      // The time ran out before this rank was even looked at (timeout 0, or
+      // earlier ranks came just in time): rank 0 is the one that timed out.
+      std::vector<int> arrived;
+      for (int q = 1; q < r; ++q) arrived.push_back(q);
+      verdict = c10::str("Rank 0 timed out in monitoredBarrier after ", timeout.count(),
+                         " ms: Timed out before rank ", r, " was checked (ranks that "
+                         "arrived: ", arrived.empty() ? "none" : joinRanks(arrived), ")");
+      break;
+    }
+    const P2PEngine::Result res = arrivals[r]->wait();
+    if (res.error.empty()) continue;
+    const std::string what =
+        res.timedOut ? std::string("Timed out waiting for its arrival") : res.error;
+    if (!waitAllRanks) {
+      verdict = c10::str("Rank ", r, " failed to pass monitoredBarrier in ", timeout.count(),
+                         " ms: ", what);
+      break;
+    }
+    missing.push_back(r);
+    if (!res.timedOut) details += c10::str("; rank ", r, ": ", res.error);
+  }
+  if (waitAllRanks && !missing.empty()) {
+    verdict = c10::str("Ranks ", joinRanks(missing), " failed to pass monitoredBarrier in ",
+                       timeout.count(), " ms: Timed out waiting for their arrival", details);
+  }
+  // The release (empty) or the verdict, to every rank whose arrival came: they
+  // wait for it. A rank whose arrival did not come gets nothing, so nothing is left
+  // over for a later call (an arrival that comes after this still meets this
+  // call's receive; that rank then times out waiting for its release). Not waited
+  // for: delivery is the engine's (destroy_process_group lets pending sends finish).
+  for (int r = 1; r < p; ++r) {
+    bool arrived;
+    {
+      std::lock_guard<std::mutex> lock(arrivals[r]->mutex);
+      arrived = arrivals[r]->done && arrivals[r]->result.error.empty();
+    }
+    if (arrived) postControl(engine, true, r, tag, verdict, timeout_);
+  }
+  if (!verdict.empty()) C10_THROW_ERROR(DistBackendError, c10::str(label, ": ", verdict));
+}
+
+}  // namespace ringcoll
