@@ -69,9 +69,18 @@ def bad_inputs(rank, p):
         f.append(f"complex all_reduce gave {c.tolist()}")
     _expect(f, "sparse tensor", lambda: dist.all_reduce(torch.ones(3).to_sparse()),
             "ringcoll::allreduce", "Sparse")
-    _expect(f, "reserved tag", lambda: dist.send(torch.ones(1), dst=(rank + 1) % p,
-                                                 tag=_C.internal_tag),
-            "ringcoll::send", "reserved")
+    _expect(f, "send to a rank out of range",
+            lambda: dist.distributed_c10d._get_default_group().send([torch.ones(1)], p, 0),
+            "ringcoll::send", f"destination rank {p}", f"{p}-rank group")
+    # Point-to-point has its own transport and carries user tags in its own
+    # headers: the tag of ringcoll's gloo messages is an ordinary user tag.
+    got = torch.zeros(2)
+    works = [dist.isend(torch.full((2,), float(rank)), dst=(rank + 1) % p, tag=_C.internal_tag),
+             dist.irecv(got, src=(rank - 1) % p, tag=_C.internal_tag)]
+    for w in works:
+        w.wait()
+    if not torch.equal(got, torch.full((2,), float((rank - 1) % p))):
+        f.append(f"send/recv with ringcoll's internal gloo tag gave {got.tolist()}")
     # Nothing was sent by the failed calls: the group still works and agrees.
     x = torch.full((5,), float(rank + 1))
     dist.all_reduce(x)
