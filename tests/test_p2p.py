@@ -134,6 +134,20 @@ def batch_ring(f, rank, p):
         _check(f, f"batch all pairs from rank {q}", t, payload(q, rank, 4, 4, torch.int32))
 
 
+def coalesced_collectives(f, rank, p):
+    """torch's coalescing manager with a device (as batch_isend_irecv uses it) around
+    all-reduces: torch runs them as one all_reduce_coalesced and returns the Work of
+    endCoalescing, which must cover them."""
+    xs = [torch.full((n,), float(rank + 1)) for n in (3, 1000)]
+    with dist.distributed_c10d._coalescing_manager(device=torch.device("cpu"),
+                                                   async_ops=True) as cm:
+        for x in xs:
+            dist.all_reduce(x)
+    cm.wait()
+    for x in xs:
+        _check(f, "coalesced all_reduce", x, torch.full(x.shape, float(p * (p + 1) // 2)))
+
+
 def strided(f, rank, p):
     """A strided slice sent, received into a transposed (non-contiguous) view."""
     right, left = (rank + 1) % p, (rank - 1) % p
@@ -174,6 +188,7 @@ def patterns(rank, p, full):
     any_source(f, rank, p)
     batch_ring(f, rank, p)
     if full:
+        coalesced_collectives(f, rank, p)
         strided(f, rank, p)
         complex_and_self(f, rank, p)
     with_collectives(f, rank, p)

@@ -7,6 +7,8 @@
 // counterpart on the ranks it does not involve, and the collectives' sequence
 // numbers must agree on every rank): "ringcoll::recv #3 (rank 0 of 2)" is this
 // rank's third point-to-point call.
+#include <Python.h>
+
 #include <condition_variable>
 #include <mutex>
 
@@ -37,8 +39,20 @@ struct Pending {
   std::string payload;  // a send's bytes, alive until it completed
 
   P2PEngine::Result wait() {
-    std::unique_lock<std::mutex> lock(mutex);
-    cv.wait(lock, [this] { return done; });
+    // The progress thread may need the GIL (dropping the last reference to a
+    // Python-owned tensor of another request): never wait holding it.
+    auto block = [this] {
+      std::unique_lock<std::mutex> lock(mutex);
+      cv.wait(lock, [this] { return done; });
+    };
+    if (Py_IsInitialized() && PyGILState_Check()) {
+      Py_BEGIN_ALLOW_THREADS
+      block();
+      Py_END_ALLOW_THREADS
+    } else {
+      block();
+    }
+    std::lock_guard<std::mutex> lock(mutex);
     return result;
   }
 };

@@ -13,6 +13,10 @@ RoutedTransport::RoutedTransport(int rank, int size, std::vector<Transport*> byP
   for (const auto& t : owned_) name_ += (name_.empty() ? "" : "+") + t->name();
 }
 
+RoutedTransport::~RoutedTransport() {
+  while (!owned_.empty()) owned_.pop_back();
+}
+
 void RoutedTransport::flush() {
   for (const auto& t : owned_) t->flush();
 }

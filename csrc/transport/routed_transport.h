@@ -16,9 +16,14 @@ namespace ringcoll {
 class RoutedTransport final : public Transport {
  public:
   // byPeer[q]: the transport for rank q (null for this rank). `sleeper`: the one
-  // whose idle() sleeps on the shared doorbell (and checks its peers).
+  // whose idle() sleeps on the shared doorbell (and checks its peers). `owned`: in
+  // the order they were made (a transport may use one made before it).
   RoutedTransport(int rank, int size, std::vector<Transport*> byPeer, Transport* sleeper,
                   std::vector<std::unique_ptr<Transport>> owned);
+  // Closes the owned transports last-made first: a gloo transport rings the shared
+  // memory transport's doorbell from its lane threads until they are joined, so it
+  // must go before the segment that holds the doorbell is unmapped.
+  ~RoutedTransport() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
