@@ -55,6 +55,7 @@ struct P2PEngine::Stashed {
   int64_t tag = 0;
   uint64_t bytes = 0;
   uint64_t arrival = 0;  // engine-wide arrival order (any-source takes the oldest)
+  Clock::time_point arrived;
   std::unique_ptr<char[]> data;
   bool complete = false;
   OpPtr waiter;  // a receive that took it while its payload still arrives
@@ -269,6 +270,7 @@ void P2PEngine::sendToSelf(OpPtr op) {
   s->tag = op->req.tag;
   s->bytes = bytes;
   s->arrival = ++arrivals_;
+  s->arrived = Clock::now();
   s->data.reset(new char[bytes]);
   if (bytes != 0) std::memcpy(s->data.get(), src, bytes);
   s->complete = true;
@@ -278,7 +280,11 @@ void P2PEngine::sendToSelf(OpPtr op) {
 
 void P2PEngine::acceptRecv(OpPtr op) {
   const int q = op->req.peer;
-  if (auto s = takeStashed(q, static_cast<uint32_t>(op->req.channel), op->req.tag)) {
+  // Only a message that came before the receive's deadline: the progress thread may
+  // take a request in a while after it was posted (a busy core), and a receive
+  // that timed out meanwhile must not take a message meant for a later one.
+  const auto deadline = op->posted + op->req.timeout;
+  if (auto s = takeStashed(q, static_cast<uint32_t>(op->req.channel), op->req.tag, deadline)) {
     op->result.source = s->source;
     if (!op->req.anySize && s->bytes != op->req.bytes) {
       const std::string why = mismatchText(s->source, s->bytes, s->tag, op->req.bytes);
@@ -309,10 +315,12 @@ void P2PEngine::deliverStashed(OpPtr op, Stashed& s) {
 }
 
 P2PEngine::OpPtr P2PEngine::takeRecv(int q, uint32_t channel, int64_t tag) {
+  const auto now = Clock::now();
   for (auto it = recvs_.begin(); it != recvs_.end(); ++it) {
     const Request& r = (*it)->req;
+    // A receive that timed out (expire() fails it next) takes nothing.
     if (static_cast<uint32_t>(r.channel) == channel && r.tag == tag &&
-        (r.peer == q || r.peer == kAnySource)) {
+        (r.peer == q || r.peer == kAnySource) && !recvLate(**it, now)) {
       OpPtr op = std::move(*it);
       recvs_.erase(it);
       return op;
@@ -322,9 +330,10 @@ P2PEngine::OpPtr P2PEngine::takeRecv(int q, uint32_t channel, int64_t tag) {
 }
 
 std::shared_ptr<P2PEngine::Stashed> P2PEngine::takeStashed(int peer, uint32_t channel,
-                                                           int64_t tag) {
+                                                           int64_t tag,
+                                                           Clock::time_point before) {
   auto matches = [&](const std::shared_ptr<Stashed>& s) {
-    return s->channel == channel && s->tag == tag;
+    return s->channel == channel && s->tag == tag && s->arrived < before;
   };
   int bestPeer = -1;
   uint64_t bestArrival = 0;
@@ -402,9 +411,9 @@ bool P2PEngine::progressRecvs(int q) {
       std::memcpy(&h, view, sizeof(h));
       transport_->releaseRecv(q);
       p.headerPosted = false;
-      p.inMoved = Clock::now();
       moved = true;
-      onHeader(q, h);
+      onHeader(q, h);  // matched by the lateness of before it came (recvLate)
+      p.inMoved = Clock::now();
       continue;
     }
     // The payload, segment by segment, into p.dst (or dropped).
@@ -459,6 +468,7 @@ void P2PEngine::onHeader(int q, const Header& h) {
     s->tag = h.tag;
     s->bytes = h.bytes;
     s->arrival = ++arrivals_;
+    s->arrived = Clock::now();
     s->data.reset(new char[h.bytes]);
     p.dst = s->data.get();
     p.filling = s;
@@ -489,11 +499,7 @@ bool P2PEngine::expire(Clock::time_point now) {
     return now - std::max(op.posted, since) >= op.req.timeout;
   };
   for (auto it = recvs_.begin(); it != recvs_.end();) {
-    Op& op = **it;
-    const int q = op.req.peer;
-    // Waiting behind a long message from the same peer is progress.
-    const auto since = (q >= 0 && q != rank_) ? peers_[q].inMoved : op.posted;
-    if (late(op, since, now)) {
+    if (recvLate(**it, now)) {
       OpPtr o = std::move(*it);
       it = recvs_.erase(it);
       const std::string why = RC_STR("Timed out after ", o->req.timeout.count(), " ms ",
@@ -563,6 +569,7 @@ P2PEngine::Clock::time_point P2PEngine::nextDeadline() const {
   };
   for (const auto& op : recvs_) {
     const int q = op->req.peer;
+    // As recvLate().
     consider(*op, (q >= 0 && q != rank_) ? peers_[q].inMoved : op->posted);
   }
   for (int q = 0; q < size_; ++q) {
@@ -573,6 +580,13 @@ P2PEngine::Clock::time_point P2PEngine::nextDeadline() const {
     for (const auto& op : p.inflight) consider(*op, p.outMoved);
   }
   return until;
+}
+
+bool P2PEngine::recvLate(const Op& op, Clock::time_point now) const {
+  // Waiting behind a long message from the same peer is progress.
+  const int q = op.req.peer;
+  const auto since = (q >= 0 && q != rank_) ? std::max(op.posted, peers_[q].inMoved) : op.posted;
+  return now - since >= op.req.timeout;
 }
 
 bool P2PEngine::pending() const {

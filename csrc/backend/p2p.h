@@ -119,7 +119,12 @@ class P2PEngine {
   void onHeader(int q, const Header& h);
   void messageDone(int q);
   OpPtr takeRecv(int q, uint32_t channel, int64_t tag);
-  std::shared_ptr<Stashed> takeStashed(int peer, uint32_t channel, int64_t tag);
+  // The oldest stashed message from `peer` (any: kAnySource) that came `before`.
+  std::shared_ptr<Stashed> takeStashed(int peer, uint32_t channel, int64_t tag,
+                                       Clock::time_point before);
+  // Whether an unmatched receive timed out: `timeout` without a message from its
+  // peer since it was posted.
+  bool recvLate(const Op& op, Clock::time_point now) const;
   void deliverStashed(OpPtr op, Stashed& s);
   bool expire(Clock::time_point now);
   Clock::time_point nextDeadline() const;
