@@ -37,6 +37,10 @@
 //     while they move and fails them after kShutdownGrace without progress.
 // A request's memory stays referenced (its `done` closure alive) while the
 // transport may still read or write it, even after it failed.
+//
+// Files: p2p.cc (life cycle, intake, matching, the stash), p2p_progress.cc (the
+// transport verbs per peer), p2p_failures.cc (timeouts, failed peers, stopping),
+// p2p_state.h (the wire header and the state they share).
 #pragma once
 
 #include <chrono>
