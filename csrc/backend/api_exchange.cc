@@ -2,7 +2,8 @@
 // (a list of tensors, any sizes) and alltoall_base (one tensor, equal or given
 // split sizes; what all_to_all_single calls). Each checks its arguments once, on
 // the calling thread, and runs its schedule (algo/gather.cc, scatter.cc,
-// alltoall.cc) directly on the user's tensors: a contiguous tensor is used in
+// alltoall.cc; the algorithm RINGCOLL_ALGO picks, direct by default) directly on
+// the user's tensors: a contiguous tensor is used in
 // place, a non-contiguous one through a contiguous copy written back at the end.
 // CPU tensors only for now (checks::cpuOnly).
 #include "backend/backend.h"
@@ -39,10 +40,11 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::gather(
   const int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> outs =
       checks::rootList(op, outputs, "output", getRank(), root, getSize(), in, "the input");
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kGather, bytesOf(in) * getSize());
   return launch(c10d::OpType::GATHER, op,
                 callPrint(algo::Method::kGather, dtype, in.numel(), nullptr, root), {in}, outs,
                 bytesOf(in) * getSize(), opTimeout(opts.timeout),
-                [this, in, outs, dtype, root](algo::Executor& ex) {
+                [this, a, in, outs, dtype, root](algo::Executor& ex) {
                   at::Tensor mine = flatWorking(in);
                   std::vector<at::Tensor> flats;
                   std::vector<void*> blocks;
@@ -50,8 +52,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::gather(
                     flats.push_back(flatWorking(o));
                     blocks.push_back(flats.back().data_ptr());
                   }
-                  algo::Job job = algo::gather(params(mine.numel() * getSize(), root), dtype,
-                                               mine.data_ptr(), blocks, ex.reducer());
+                  algo::Job job = algo::gather(*a, params(mine.numel() * getSize(), root),
+                                               dtype, mine.data_ptr(), blocks, ex.reducer());
                   return Staged{std::move(job), [outs, flats, mine]() mutable {
                                   for (size_t i = 0; i < outs.size(); ++i) {
                                     writeBack(outs[i], flats[i]);
@@ -71,10 +73,11 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::scatter(
   const int root = static_cast<int>(opts.rootRank);
   std::vector<at::Tensor> ins =
       checks::rootList(op, inputs, "input", getRank(), root, getSize(), out, "the output");
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kScatter, bytesOf(out) * getSize());
   return launch(c10d::OpType::SCATTER, op,
                 callPrint(algo::Method::kScatter, dtype, out.numel(), nullptr, root), ins,
                 {out}, bytesOf(out) * getSize(), opTimeout(opts.timeout),
-                [this, out, ins, dtype, root](algo::Executor& ex) {
+                [this, a, out, ins, dtype, root](algo::Executor& ex) {
                   at::Tensor mine = flatWorking(out);
                   std::vector<at::Tensor> flats;
                   std::vector<const void*> blocks;
@@ -88,8 +91,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::scatter(
                       mine = at::empty({out.numel()}, out.options());
                     }
                   }
-                  algo::Job job = algo::scatter(params(mine.numel() * getSize(), root), dtype,
-                                                mine.data_ptr(), blocks, ex.reducer());
+                  algo::Job job = algo::scatter(*a, params(mine.numel() * getSize(), root),
+                                                dtype, mine.data_ptr(), blocks, ex.reducer());
                   return Staged{std::move(job), [out, flats, mine]() mutable {
                                   writeBack(out, mine);
                                 }};
@@ -114,14 +117,15 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall_base(
   checks::selfBlock(op, sendCounts[getRank()], recvCounts[getRank()], getRank());
   at::Tensor out = output;
   at::Tensor in = input;
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kAlltoall, bytesOf(in));
   return launch(c10d::OpType::ALLTOALL_BASE, op, callPrint(algo::Method::kAlltoallBase, dtype, 0),
                 {in}, {out}, bytesOf(in) + bytesOf(out), opTimeout(opts.timeout),
-                [this, out, in, dtype, sendCounts, recvCounts](algo::Executor& ex) {
+                [this, a, out, in, dtype, sendCounts, recvCounts](algo::Executor& ex) {
                   at::Tensor o = flatWorking(out);
                   at::Tensor i = flatWorking(in);
                   if (overlaps(i, o)) i = i.clone();  // in place: send from a copy
                   algo::Job job = algo::alltoall(
-                      params(0), dtype, blocksOf<const void*>(i, sendCounts), sendCounts,
+                      *a, params(0), dtype, blocksOf<const void*>(i, sendCounts), sendCounts,
                       blocksOf<void*>(o, recvCounts), recvCounts, ex.reducer());
                   return Staged{std::move(job), [out, o, i]() mutable { writeBack(out, o); }};
                 });
@@ -154,9 +158,12 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall(std::vector<at::Tensor>
   size_t bytes = 0;
   for (int j = 0; j < p; ++j) bytes += bytesOf(inputs[j]) + bytesOf(outputs[j]);
   std::vector<at::Tensor> ins = inputs, outs = outputs;
+  size_t sent = 0;
+  for (const auto& t : ins) sent += bytesOf(t);
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kAlltoall, sent);
   return launch(c10d::OpType::ALLTOALL, op, callPrint(algo::Method::kAlltoall, dtype, 0), ins,
                 outs, bytes, opTimeout(opts.timeout),
-                [this, ins, outs, dtype, sendCounts, recvCounts](algo::Executor& ex) {
+                [this, a, ins, outs, dtype, sendCounts, recvCounts](algo::Executor& ex) {
                   std::vector<at::Tensor> is, os;
                   std::vector<const void*> sends;
                   std::vector<void*> recvs;
@@ -175,7 +182,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall(std::vector<at::Tensor>
                     is.push_back(f);
                     sends.push_back(f.data_ptr());
                   }
-                  algo::Job job = algo::alltoall(params(0), dtype, sends, sendCounts, recvs,
+                  algo::Job job = algo::alltoall(*a, params(0), dtype, sends, sendCounts, recvs,
                                                  recvCounts, ex.reducer());
                   return Staged{std::move(job), [outs, os, is]() mutable {
                                   for (size_t j = 0; j < outs.size(); ++j) {
