@@ -4,6 +4,9 @@ algorithm's schedule does what its collective promises.
     from ringcoll import check
     check.check("ring", "allreduce", p=6, n=20)       # raises ScheduleError if wrong
 
+    python -m ringcoll.check biring               # every collective it provides,
+                                                  # p = 1..64 (main() below)
+
 It asks the extension for every rank's schedule (csrc/algo/schedule.h: steps of
 transfers, each a send or a receive that is copied or reduced into place, of an
 element range with one peer) and walks all ranks step by step on symbolic data.
@@ -40,6 +43,9 @@ blocks); its own block is copied by the job, so it starts in place here.
 """
 
 from __future__ import annotations
+
+import argparse
+import sys
 
 from . import _C
 
@@ -303,3 +309,56 @@ def check_schedules(scheds, collective, p, n, root=0, where="schedule", counts=N
     bufs = _simulate(scheds, p, bufs, nsteps, where)
     _check_result(bufs, scheds, collective, p, n, root, where, counts)
     return nsteps
+
+
+def _counts(p):
+    """Counts 0..3p+1, sampled above p = 16 (as tests/test_schedule.py)."""
+    if p <= 16:
+        return list(range(3 * p + 2))
+    return sorted({0, 1, p - 1, p, p + 1, 2 * p + 3, 3 * p + 1})
+
+
+def check_all(algo, max_p=64, log=None) -> int:
+    """Proves every collective `algo` provides for p = 1..max_p, counts 0..3p+1
+    (sampled above p = 16), every root up to p = 16 (then 4 of them), and returns
+    how many schedules were checked. Raises ScheduleError on the first violation."""
+    provided = {c.replace("_", "") for c in COLLECTIVES} & set(_C.provides(algo))
+    done = 0
+    for p in range(1, max_p + 1):
+        roots = range(p) if p <= 16 else sorted({0, 1, p // 2, p - 1})
+        for c in COLLECTIVES:
+            if c.replace("_", "") not in provided:
+                continue
+            for n in _counts(p):
+                blocks = c in ("reduce_scatter", "allgather", "gather", "scatter")
+                if blocks and n % p:
+                    continue
+                for root in roots if c in ("broadcast", "reduce", "gather", "scatter") else [0]:
+                    check(algo, c, p, n, root=root)
+                    done += 1
+        if log and (p <= 4 or p % 16 == 0):
+            log(f"{algo}: p = 1..{p} proved ({done} schedules)")
+    return done
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m ringcoll.check",
+        description="Prove every collective an algorithm provides with the generic "
+                    "schedule checker, no processes.")
+    ap.add_argument("algos", nargs="*", help="algorithms (default: every registered one)")
+    ap.add_argument("--max-p", type=int, default=64, help="largest world size (default 64)")
+    a = ap.parse_args(argv)
+    for algo in a.algos or list(_C.algorithms()):
+        try:
+            n = check_all(algo, a.max_p, log=print)
+        except ScheduleError as e:
+            print(f"FAILED: {e}", file=sys.stderr)
+            return 1
+        print(f"{algo} ({', '.join(_C.provides(algo))}): {n} schedules proved, "
+              f"p = 1..{a.max_p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
