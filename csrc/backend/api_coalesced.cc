@@ -119,9 +119,11 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgatherPacked(
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather_into_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor>& outputTensors, std::vector<at::Tensor>& inputTensors,
     const c10d::AllgatherOptions& opts) {
   const char* op = "allgather_into_tensor_coalesced";
+  std::vector<at::Tensor> outputs = checks::realViews(op, outputTensors);
+  std::vector<at::Tensor> inputs = checks::realViews(op, inputTensors);
   const int p = getSize();
   const uint32_t layout = checkList(op, inputs, "input");
   TORCH_CHECK(outputs.size() == inputs.size(), "ringcoll::", op, ": ", outputs.size(),
@@ -147,9 +149,11 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather_into_tensor_coalesced(
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather_coalesced(
-    std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
-    const c10d::AllgatherOptions& opts) {
+    std::vector<std::vector<at::Tensor>>& outputTensorLists,
+    std::vector<at::Tensor>& inputTensors, const c10d::AllgatherOptions& opts) {
   const char* op = "allgather_coalesced";
+  std::vector<std::vector<at::Tensor>> outputLists = checks::realViews(op, outputTensorLists);
+  std::vector<at::Tensor> inputs = checks::realViews(op, inputTensors);
   const int p = getSize();
   const uint32_t layout = checkList(op, inputs, "input");
   TORCH_CHECK(static_cast<int>(outputLists.size()) == p, "ringcoll::", op, ": ",
@@ -186,9 +190,11 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather_coalesced(
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter_tensor_coalesced(
-    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+    std::vector<at::Tensor>& outputTensors, std::vector<at::Tensor>& inputTensors,
     const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor_coalesced";
+  std::vector<at::Tensor> outputs = checks::realViews(op, outputTensors, &opts.reduceOp);
+  std::vector<at::Tensor> inputs = checks::realViews(op, inputTensors, &opts.reduceOp);
   const int p = getSize();
   const uint32_t layout = checkList(op, inputs, "input");
   TORCH_CHECK(outputs.size() == inputs.size(), "ringcoll::", op, ": ", outputs.size(),

@@ -33,13 +33,14 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
   const char* op = "gather";
-  at::Tensor in = checks::single(op, inputs, "input");
+  at::Tensor in = checks::realView(op, checks::single(op, inputs, "input"));
   const DType dtype = checks::tensorDType(op, in, "input");
   checks::cpuOnly(op, in, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
+  auto outLists = checks::realViews(op, outputs);
   std::vector<at::Tensor> outs =
-      checks::rootList(op, outputs, "output", getRank(), root, getSize(), in, "the input");
+      checks::rootList(op, outLists, "output", getRank(), root, getSize(), in, "the input");
   const algo::Algorithm* a = algorithm(op, algo::Collective::kGather, bytesOf(in) * getSize());
   return launch(c10d::OpType::GATHER, op,
                 callPrint(algo::Method::kGather, dtype, in.numel(), nullptr, root), {in}, outs,
@@ -66,13 +67,14 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
   const char* op = "scatter";
-  at::Tensor out = checks::single(op, outputs, "output");
+  at::Tensor out = checks::realView(op, checks::single(op, outputs, "output"));
   const DType dtype = checks::tensorDType(op, out, "output");
   checks::cpuOnly(op, out, "output");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
+  auto inLists = checks::realViews(op, inputs);
   std::vector<at::Tensor> ins =
-      checks::rootList(op, inputs, "input", getRank(), root, getSize(), out, "the output");
+      checks::rootList(op, inLists, "input", getRank(), root, getSize(), out, "the output");
   const algo::Algorithm* a = algorithm(op, algo::Collective::kScatter, bytesOf(out) * getSize());
   return launch(c10d::OpType::SCATTER, op,
                 callPrint(algo::Method::kScatter, dtype, out.numel(), nullptr, root), ins,
@@ -103,20 +105,20 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
   const char* op = "alltoall_base";
-  const DType dtype = checks::tensorDType(op, input, "input");
-  checks::tensorDType(op, output, "output");
-  checks::cpuOnly(op, input, "input");
-  checks::cpuOnly(op, output, "output");
+  at::Tensor out = checks::realView(op, output);
+  at::Tensor in = checks::realView(op, input);
+  const DType dtype = checks::tensorDType(op, in, "input");
+  checks::tensorDType(op, out, "output");
+  checks::cpuOnly(op, in, "input");
+  checks::cpuOnly(op, out, "output");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "ringcoll::", op,
               ": output has dtype ", output.scalar_type(), " but input has dtype ",
               input.scalar_type());
   const std::vector<size_t> sendCounts =
-      checks::splitCounts(op, input, "input", inputSplitSizes, getSize());
+      checks::splitCounts(op, in, "input", inputSplitSizes, getSize());
   const std::vector<size_t> recvCounts =
-      checks::splitCounts(op, output, "output", outputSplitSizes, getSize());
+      checks::splitCounts(op, out, "output", outputSplitSizes, getSize());
   checks::selfBlock(op, sendCounts[getRank()], recvCounts[getRank()], getRank());
-  at::Tensor out = output;
-  at::Tensor in = input;
   const algo::Algorithm* a = algorithm(op, algo::Collective::kAlltoall, bytesOf(in));
   return launch(c10d::OpType::ALLTOALL_BASE, op, callPrint(algo::Method::kAlltoallBase, dtype, 0),
                 {in}, {out}, bytesOf(in) + bytesOf(out), opTimeout(opts.timeout),
@@ -140,24 +142,28 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall(std::vector<at::Tensor>
               inputs.size(), " tensors but the group has ", p, " ranks");
   TORCH_CHECK(static_cast<int>(outputs.size()) == p, "ringcoll::", op, ": output list has ",
               outputs.size(), " tensors but the group has ", p, " ranks");
-  const DType dtype = checks::tensorDType(op, inputs[0], "input 0");
+  std::vector<at::Tensor> ins = checks::realViews(op, inputs);
+  std::vector<at::Tensor> outs = checks::realViews(op, outputs);
+  const DType dtype = checks::tensorDType(op, ins[0], "input 0");
   std::vector<size_t> sendCounts, recvCounts;
   for (int j = 0; j < p; ++j) {
-    for (const auto* t : {&inputs[j], &outputs[j]}) {
-      const std::string what = c10::str(t == &inputs[j] ? "input " : "output ", j);
+    for (const auto* t : {&ins[j], &outs[j]}) {
+      const std::string what = c10::str(t == &ins[j] ? "input " : "output ", j);
       checks::tensorDType(op, *t, what.c_str());
       checks::cpuOnly(op, *t, what);
-      TORCH_CHECK(t->scalar_type() == inputs[0].scalar_type(), "ringcoll::", op, ": ", what,
-                  " has dtype ", t->scalar_type(), " but input 0 has dtype ",
+      // Compared as the caller passed them: a complex tensor and a real one of
+      // the same element type are different dtypes.
+      const at::Tensor& given = t == &ins[j] ? inputs[j] : outputs[j];
+      TORCH_CHECK(given.scalar_type() == inputs[0].scalar_type(), "ringcoll::", op, ": ",
+                  what, " has dtype ", given.scalar_type(), " but input 0 has dtype ",
                   inputs[0].scalar_type());
     }
-    sendCounts.push_back(static_cast<size_t>(inputs[j].numel()));
-    recvCounts.push_back(static_cast<size_t>(outputs[j].numel()));
+    sendCounts.push_back(static_cast<size_t>(ins[j].numel()));
+    recvCounts.push_back(static_cast<size_t>(outs[j].numel()));
   }
   checks::selfBlock(op, sendCounts[getRank()], recvCounts[getRank()], getRank());
   size_t bytes = 0;
-  for (int j = 0; j < p; ++j) bytes += bytesOf(inputs[j]) + bytesOf(outputs[j]);
-  std::vector<at::Tensor> ins = inputs, outs = outputs;
+  for (int j = 0; j < p; ++j) bytes += bytesOf(ins[j]) + bytesOf(outs[j]);
   size_t sent = 0;
   for (const auto& t : ins) sent += bytesOf(t);
   const algo::Algorithm* a = algorithm(op, algo::Collective::kAlltoall, sent);

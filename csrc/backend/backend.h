@@ -164,6 +164,9 @@ class RingcollBackend final : public c10d::Backend {
       c10d::OpType type, const char* op, algo::Method method, std::vector<at::Tensor> ins,
       std::vector<at::Tensor> outs, uint32_t layout, std::chrono::milliseconds timeout,
       std::function<void(const at::Tensor&, const Packing&)> unpack);
+  // allreduce of a sparse COO tensor (SUM only), in place: api_sparse.cc.
+  c10::intrusive_ptr<c10d::Work> sparseAllreduce(at::Tensor& t,
+                                                 const c10d::AllreduceOptions& opts);
   // Runs `body` on the path of the tensors' device: the CPU executor (shared memory
   // and gloo transports, CPU reducer) or the CUDA path (NCCL transport, CUDA
   // kernels, comm stream). `inputs` and `outputs` are the user's tensors; `bytes`,
