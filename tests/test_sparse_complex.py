@@ -11,7 +11,8 @@ Complex: torch's Python layer hands a backend the real view of a complex tensor,
 so these tests call the backend object directly, as DDP's reducer and
 functional collectives do, and compare with gloo on the real view: all_reduce
 (SUM, AVG), reduce, broadcast, all_gather(_into_tensor), reduce_scatter(_tensor),
-gather, scatter, all_to_all(_single), in place where the op is. MIN/MAX/PRODUCT on
+gather, scatter, all_to_all(_single), the coalesced all-gather and reduce-scatter,
+in place where the op is. MIN/MAX/PRODUCT on
 a complex tensor are an error on every rank naming the op and the dtype.
 """
 
@@ -140,7 +141,8 @@ def _cvalues(rank, n, salt=0):
 
 
 def _complex_rank(rank, p, dtype):
-    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    pg = dist.group.WORLD
+    be = pg._get_backend(torch.device("cpu"))
     fails = []
 
     def check(name, got, want):
@@ -219,6 +221,18 @@ def _complex_rank(rank, p, dtype):
         ins = [_cvalues(j, n, salt=2).to(dtype) for j in range(p)] if rank == 0 else []
         be.scatter([out], [ins] if rank == 0 else [], dist.ScatterOptions()).wait()
         check(f"scatter n={n}", out, _cvalues(rank, n, salt=2).to(dtype))
+        # The coalesced methods: a complex and a real tensor in one all-gather, and a
+        # reduce-scatter of two complex tensors.
+        ins = [x, torch.arange(n, dtype=torch.float32) + rank]
+        outs = [torch.zeros(p * n, dtype=dtype), torch.zeros(p * n, dtype=torch.float32)]
+        pg.allgather_into_tensor_coalesced(outs, ins).wait()  # not bound on Backend
+        check(f"allgather_into_tensor_coalesced n={n}", outs[0],
+              torch.cat([_cvalues(r, n).to(dtype) for r in range(p)]))
+        outs = [torch.zeros(n, dtype=dtype), torch.zeros(n, dtype=dtype)]
+        pg.reduce_scatter_tensor_coalesced(outs, [big, big * 2]).wait()
+        check(f"reduce_scatter_tensor_coalesced n={n}", outs[0] * 2, outs[1])
+        check(f"reduce_scatter_tensor_coalesced n={n}", outs[0],
+              total[rank * n:(rank + 1) * n])
     # Ops with no complex meaning: an error on every rank, nothing sent.
     for op in [dist.ReduceOp.MIN, dist.ReduceOp.MAX, dist.ReduceOp.PRODUCT]:
         opts = dist.AllreduceOptions()
