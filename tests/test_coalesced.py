@@ -26,7 +26,8 @@ import torch.distributed as dist
 
 import ringcoll
 from tests import mp
-from tests.cases import DTYPES, OPS, make_input, op_valid, reduce_op, reference, same
+from tests.cases import (DTYPES, OPS, check_same, gloo_or_none, make_input, op_valid, reduce_op,
+                         reference)
 
 SUBSET = [torch.float32, torch.float16, torch.int32, torch.bool]
 LARGE = 1000
@@ -57,26 +58,6 @@ def _numel(shape):
         n *= d
     return n
 
-
-def _gloo(fn):
-    """fn() on the gloo group; None where gloo does not support the dtype or op."""
-    try:
-        return fn()
-    except (RuntimeError, ValueError) as e:
-        text = str(e).lower()
-        if "support" in text or "invalid" in text or "cannot use" in text:
-            return None
-        raise
-
-
-def _check(failures, what, got, want, gloo_out=None):
-    if not same(got, want):
-        bad = ((got != want).nonzero()[:5].flatten().tolist()
-               if got.shape == want.shape else f"shape {tuple(got.shape)}")
-        failures.append(f"{what}: ringcoll differs from expected at {bad}: "
-                        f"got {got.flatten()[:8].tolist()} want {want.flatten()[:8].tolist()}")
-    if gloo_out is not None and not same(gloo_out, want):
-        failures.append(f"{what}: gloo differs from the expected result (bad test)")
 
 
 def _gather_calls(rank, p, shapes, dtype, group, async_op, salt=0):
@@ -121,13 +102,13 @@ def coalesced_matrix(rank, p, sample):
                 what = f"[{gname}] {dtype} {shapes}{' async' if async_op else ''}"
                 # all-gathers: rank r's tensor i at block r of output i
                 lists, flats = _gather_calls(rank, p, shapes, dtype, group, async_op)
-                g = _gloo(lambda: _gather_calls(rank, p, shapes, dtype, mp.GLOO, False))
+                g = gloo_or_none(lambda: _gather_calls(rank, p, shapes, dtype, mp.GLOO, False))
                 for i, s in enumerate(shapes):
                     want = [values(r, i, _numel(s), dtype).view(s) for r in range(p)]
                     for r in range(p):
-                        _check(failures, f"all_gather_coalesced{what} tensor {i} from {r}",
+                        check_same(failures, f"all_gather_coalesced{what} tensor {i} from {r}",
                                lists[r][i], want[r], None if g is None else g[0][r][i])
-                    _check(failures, f"all_gather_into_tensor coalesced{what} tensor {i}",
+                    check_same(failures, f"all_gather_into_tensor coalesced{what} tensor {i}",
                            flats[i], torch.cat(want), None if g is None else g[1][i])
                 # reduce-scatter: SUM everywhere, every valid op for two dtypes on
                 # the mixed list
@@ -142,7 +123,7 @@ def coalesced_matrix(rank, p, sample):
                     # gloo's AVG and PREMUL_SUM are not ringcoll's exact ones (int
                     # AVG fails there, float AVG rounds differently): those compare
                     # with the reference only.
-                    g = None if op in ("AVG", "PREMUL_SUM") else _gloo(
+                    g = None if op in ("AVG", "PREMUL_SUM") else gloo_or_none(
                         lambda: _reduce_scatter_call(rank, p, shapes, dtype, op, mp.GLOO,
                                                      False))
                     for i, s in enumerate(shapes):
@@ -150,7 +131,7 @@ def coalesced_matrix(rank, p, sample):
                         full = reference([make_input(r, p * n, dtype, op, p, salt=7 * i)
                                           for r in range(p)], op, dtype, p)
                         want = full[rank * n:(rank + 1) * n].view(s)
-                        _check(failures, f"{w} tensor {i}", outs[i], want,
+                        check_same(failures, f"{w} tensor {i}", outs[i], want,
                                None if g is None else g[i])
     return failures
 
@@ -170,13 +151,13 @@ def methods_world(rank, p):
     outs = [torch.zeros((p * _numel(s),), dtype=d) for d, s in specs]
     pg.allgather_into_tensor_coalesced(outs, ins).wait()
     for i, (d, s) in enumerate(specs):
-        _check(failures, f"allgather_into_tensor_coalesced mixed dtypes tensor {i}", outs[i],
+        check_same(failures, f"allgather_into_tensor_coalesced mixed dtypes tensor {i}", outs[i],
                torch.cat([values(r, i, _numel(s), d) for r in range(p)]))
     lists = [[torch.zeros(s, dtype=d) for d, s in specs] for _ in range(p)]
     pg.allgather_coalesced(lists, ins).wait()
     for r in range(p):
         for i, (d, s) in enumerate(specs):
-            _check(failures, f"allgather_coalesced mixed dtypes tensor {i} from {r}",
+            check_same(failures, f"allgather_coalesced mixed dtypes tensor {i} from {r}",
                    lists[r][i], values(r, i, _numel(s), d).view(s))
     # Non-contiguous: transposed inputs and outputs.
     a = values(rank, 0, 6, torch.float32).view(2, 3).t()          # (3, 2), strided
@@ -184,9 +165,9 @@ def methods_world(rank, p):
     b = values(rank, 1, 4, torch.float32).view(2, 2).t()
     ob = torch.zeros(2, 2 * p).t()
     pg.allgather_into_tensor_coalesced([oa, ob], [a, b]).wait()
-    _check(failures, "allgather_into_tensor_coalesced non-contiguous a", oa,
+    check_same(failures, "allgather_into_tensor_coalesced non-contiguous a", oa,
            torch.cat([values(r, 0, 6, torch.float32).view(2, 3).t() for r in range(p)]))
-    _check(failures, "allgather_into_tensor_coalesced non-contiguous b", ob,
+    check_same(failures, "allgather_into_tensor_coalesced non-contiguous b", ob,
            torch.cat([values(r, 1, 4, torch.float32).view(2, 2).t() for r in range(p)]))
     x = make_input(rank, 2 * 3 * p, torch.float32, "SUM", p).view(3 * p, 2)
     xt = x.t().contiguous().t()                                     # same values, strided
@@ -194,7 +175,7 @@ def methods_world(rank, p):
     pg.reduce_scatter_tensor_coalesced([ox], [xt]).wait()
     full = reference([make_input(r, 6 * p, torch.float32, "SUM", p).view(3 * p, 2)
                       for r in range(p)], "SUM", torch.float32, p)
-    _check(failures, "reduce_scatter_tensor_coalesced non-contiguous", ox,
+    check_same(failures, "reduce_scatter_tensor_coalesced non-contiguous", ox,
            full[3 * rank:3 * (rank + 1)])
     return failures
 
@@ -213,14 +194,14 @@ def dtensor_world(rank, p):
         full = values(0, 0, _numel(shape), torch.float32).view(shape)
         for dim in range(len(shape)):
             d = distribute_tensor(full, mesh, [Shard(dim)])
-            _check(failures, f"full_tensor {shape} Shard({dim})", d.full_tensor(), full)
+            check_same(failures, f"full_tensor {shape} Shard({dim})", d.full_tensor(), full)
     local = make_input(rank, 4 * p, torch.float32, "SUM", p).view(2 * p, 2)
     part = DTensor.from_local(local, mesh, [Partial()])
     want = reference([make_input(r, 4 * p, torch.float32, "SUM", p) for r in range(p)],
                      "SUM", torch.float32, p).view(2 * p, 2)
-    _check(failures, "Partial -> Shard(0)", part.redistribute(mesh, [Shard(0)]).to_local(),
+    check_same(failures, "Partial -> Shard(0)", part.redistribute(mesh, [Shard(0)]).to_local(),
            want[2 * rank:2 * rank + 2])
-    _check(failures, "Partial full_tensor", part.full_tensor(), want)
+    check_same(failures, "Partial full_tensor", part.full_tensor(), want)
     return failures
 
 
@@ -231,13 +212,13 @@ def large_world(rank, p):
     shapes = [(m,), (5,), (m // 2,)]
     _, flats = _gather_calls(rank, p, shapes, torch.float32, None, False)
     for i, s in enumerate(shapes):
-        _check(failures, f"all_gather_into_tensor coalesced 4MiB tensor {i}", flats[i],
+        check_same(failures, f"all_gather_into_tensor coalesced 4MiB tensor {i}", flats[i],
                torch.cat([values(r, i, s[0], torch.float32) for r in range(p)]))
     outs = _reduce_scatter_call(rank, p, shapes, torch.float32, "SUM", None, False)
     for i, s in enumerate(shapes):
         full = reference([make_input(r, p * s[0], torch.float32, "SUM", p, salt=7 * i)
                           for r in range(p)], "SUM", torch.float32, p)
-        _check(failures, f"reduce_scatter_tensor coalesced 4MiB tensor {i}", outs[i],
+        check_same(failures, f"reduce_scatter_tensor coalesced 4MiB tensor {i}", outs[i],
                full[rank * s[0]:(rank + 1) * s[0]])
     return failures
 
@@ -249,7 +230,7 @@ GRID = [(p, t) for p in [1, 2, 3] for t in ["shm", "gloo"] if p > 1 or t == "shm
 
 
 @pytest.mark.parametrize("world_size, transport", GRID)
-def test_coalesced_against_gloo(world_size, transport):
+def test_coalesced_againstgloo_or_none(world_size, transport):
     mp.run_checks(world_size, coalesced_matrix, world_size >= 4, timeout=600,
                   transport=transport)
 
