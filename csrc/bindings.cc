@@ -63,12 +63,15 @@ ringcoll::algo::Collective collectiveNamed(const std::string& name) {
     if (c != Collective::kBarrier && name == ringcoll::algo::collectiveName(c)) return c;
   }
   TORCH_CHECK(false, "unknown collective ", name,
-              " (allreduce, reduce_scatter, allgather, broadcast, reduce)");
+              " (allreduce, reduce_scatter, allgather, broadcast, reduce, gather, scatter, "
+              "alltoall)");
 }
 
 ringcoll::algo::Schedule buildSchedule(const std::string& algoName,
                                        const std::string& collective, int p, int rank,
-                                       size_t n, int root, const std::vector<int>& order) {
+                                       size_t n, int root, const std::vector<int>& order,
+                                       const std::vector<size_t>& sendCounts = {},
+                                       const std::vector<size_t>& recvCounts = {}) {
   const auto& algo = ringcoll::algo::findAlgorithm(algoName);
   TORCH_CHECK(p >= 1 && rank >= 0 && rank < p, "rank ", rank, " of ", p);
   ringcoll::algo::Params prm;
@@ -77,6 +80,8 @@ ringcoll::algo::Schedule buildSchedule(const std::string& algoName,
   prm.n = n;
   prm.root = root;
   prm.order = order;
+  prm.sendCounts = sendCounts;
+  prm.recvCounts = recvCounts;
   const auto c = collectiveNamed(collective);
   algo.require(c);  // std::invalid_argument: ValueError naming what it provides
   return algo.builder(c)(prm);
@@ -110,35 +115,33 @@ py::dict toDict(const ringcoll::algo::Schedule& sched) {
   py::dict out;
   out["name"] = sched.name;
   out["result"] = py::make_tuple(sched.result.begin, sched.result.end);
+  out["scratch"] = sched.scratch;
   out["steps"] = steps;
   return out;
 }
 
 py::dict scheduleDict(const std::string& algoName, const std::string& collective, int p,
-                      int rank, size_t n, int root, const std::vector<int>& order) {
-  return toDict(buildSchedule(algoName, collective, p, rank, n, root, order));
+                      int rank, size_t n, int root, const std::vector<int>& order,
+                      const std::vector<size_t>& sendCounts,
+                      const std::vector<size_t>& recvCounts) {
+  return toDict(
+      buildSchedule(algoName, collective, p, rank, n, root, order, sendCounts, recvCounts));
 }
 
 // The schedules of gather, scatter (prm.n = p * m) and all-to-all (this rank's
-// send_counts and recv_counts), as scheduleDict gives them.
+// send_counts and recv_counts; n is their total), as scheduleDict gives them, by
+// `algo` (direct by default).
 py::dict exchangeSchedule(const std::string& collective, int p, int rank, size_t n, int root,
                           const std::vector<size_t>& sendCounts,
-                          const std::vector<size_t>& recvCounts) {
-  TORCH_CHECK(p >= 1 && rank >= 0 && rank < p, "rank ", rank, " of ", p);
-  ringcoll::algo::Params prm;
-  prm.rank = rank;
-  prm.size = p;
-  prm.n = n;
-  prm.root = root;
-  if (collective == "gather") return toDict(ringcoll::algo::gatherSchedule(prm));
-  if (collective == "scatter") return toDict(ringcoll::algo::scatterSchedule(prm));
+                          const std::vector<size_t>& recvCounts, const std::string& algo) {
+  TORCH_CHECK(collective == "gather" || collective == "scatter" || collective == "alltoall",
+              "unknown collective ", collective, " (gather, scatter, alltoall)");
   if (collective == "alltoall") {
-    prm.n = 0;
-    for (size_t c : sendCounts) prm.n += c;
-    for (size_t c : recvCounts) prm.n += c;
-    return toDict(ringcoll::algo::alltoallSchedule(prm, sendCounts, recvCounts));
+    n = 0;
+    for (size_t c : sendCounts) n += c;
+    for (size_t c : recvCounts) n += c;
   }
-  TORCH_CHECK(false, "unknown collective ", collective, " (gather, scatter, alltoall)");
+  return scheduleDict(algo, collective, p, rank, n, root, {}, sendCounts, recvCounts);
 }
 
 // The executor's plan of one rank's schedule, for the plan tests: a list of
@@ -330,11 +333,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   });
   m.def("schedule", &scheduleDict, py::arg("algo"), py::arg("collective"), py::arg("p"),
         py::arg("rank"), py::arg("n"), py::arg("root") = 0,
-        py::arg("order") = std::vector<int>{});
+        py::arg("order") = std::vector<int>{}, py::arg("send_counts") = std::vector<size_t>{},
+        py::arg("recv_counts") = std::vector<size_t>{});
   m.def("exchange_schedule", &exchangeSchedule, py::arg("collective"), py::arg("p"),
         py::arg("rank"), py::arg("n") = 0, py::arg("root") = 0,
         py::arg("send_counts") = std::vector<size_t>{},
-        py::arg("recv_counts") = std::vector<size_t>{});
+        py::arg("recv_counts") = std::vector<size_t>{}, py::arg("algo") = "direct");
   m.def("plan_ops", &planOps, py::arg("algo"), py::arg("collective"), py::arg("p"),
         py::arg("rank"), py::arg("n"), py::arg("seg_elems"), py::arg("finish") = false,
         py::arg("root") = 0);

@@ -4,6 +4,9 @@ algorithm's schedule does what its collective promises.
     from ringcoll import check
     check.check("ring", "allreduce", p=6, n=20)       # raises ScheduleError if wrong
 
+    python -m ringcoll.check biring               # every collective it provides,
+                                                  # p = 1..64 (main() below)
+
 It asks the extension for every rank's schedule (csrc/algo/schedule.h: steps of
 transfers, each a send or a receive that is copied or reduced into place, of an
 element range with one peer) and walks all ranks step by step on symbolic data.
@@ -27,14 +30,27 @@ receive-reduce merges two values of the same position. It checks:
              all-gather: every rank holds every block, each from its owner;
              broadcast: every rank holds the root's elements; reduce: the root
              holds all p contributions everywhere, finished once, and the other
-             ranks' result is empty.
+             ranks' result is empty; gather: the root holds every block, each
+             from its owner, the others' result is empty; scatter: rank r's result
+             is block r, the root's; all-to-all: rank r's result is its receive
+             blocks, block s holding what rank s sent it.
+
+A schedule's scratch (csrc/algo/schedule.h) extends its buffer past n with a copy
+of the first elements, taken before step 0. All-to-all's buffer is each rank's
+send blocks then its receive blocks, sized by a p x p count matrix (`counts[s][d]`
+elements from s to d; alltoall_counts(p, n) by default, uneven, with empty
+blocks); its own block is copied by the job, so it starts in place here.
 """
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 from . import _C
 
-COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce")
+COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather",
+               "scatter", "alltoall")
 REDUCING = ("allreduce", "reduce_scatter", "reduce")
 _WRITES = ("recv_copy", "recv_reduce")
 
@@ -47,8 +63,21 @@ def block_range(n: int, k: int, i: int) -> tuple[int, int]:
     return _C.block_range(n, k, i)
 
 
-def schedules(algo, collective, p, n, root=0, order=None):
+def alltoall_counts(p, n):
+    """The default all-to-all pattern for check(..., n): rank s sends rank d block d
+    of n + s elements cut in p (sizes differ by sender and receiver; empty blocks
+    when n + s < p)."""
+    return [[(lambda b: b[1] - b[0])(block_range(n + s, p, d)) for d in range(p)]
+            for s in range(p)]
+
+
+def schedules(algo, collective, p, n, root=0, order=None, counts=None):
     """Every rank's schedule, as the extension builds it."""
+    if collective == "alltoall":
+        counts = counts or alltoall_counts(p, n)
+        return [_C.schedule(algo, collective, p, r, sum(counts[r]) + sum(c[r] for c in counts),
+                            root, list(order or []), counts[r], [c[r] for c in counts])
+                for r in range(p)]
     return [_C.schedule(algo, collective, p, r, n, root, list(order or [])) for r in range(p)]
 
 
@@ -60,7 +89,7 @@ def _overlap(a, b):
     return a[0] < b[1] and b[0] < a[1]
 
 
-def _check_structure(scheds, p, n, where):
+def _check_structure(scheds, p, sizes, where):
     nsteps = max(len(s["steps"]) for s in scheds)
     for s in range(nsteps):
         pairs = {}  # (src, dst) -> [send sizes], [recv sizes]
@@ -75,8 +104,8 @@ def _check_structure(scheds, p, n, where):
                     _fail(f"{at}: unknown transfer kind {kind!r}")
                 if not (0 <= peer < p) or peer == r:
                     _fail(f"{at}: {kind} with peer {peer}")
-                if not (0 <= b <= e <= n):
-                    _fail(f"{at}: {kind} range [{b}, {e}) outside [0, {n})")
+                if not (0 <= b <= e <= sizes[r]):
+                    _fail(f"{at}: {kind} range [{b}, {e}) outside [0, {sizes[r]})")
                 if b == e:
                     continue  # empty: the executor skips it on both sides
                 if kind == "send":
@@ -108,9 +137,38 @@ def _initial(collective, p, n, r, root):
     return [(e, 1 << root, 0) if r == root else None for e in range(n)]
 
 
-def _simulate(scheds, p, n, nsteps, collective, root, where):
+def _alltoall_offsets(counts, r):
+    """(send offsets, receive offsets) of rank r's all-to-all buffer, p + 1 each."""
+    p = len(counts)
+    so = [0]
+    for d in range(p):
+        so.append(so[-1] + counts[r][d])
+    ro = [so[-1]]
+    for q in range(p):
+        ro.append(ro[-1] + counts[q][r])
+    return so, ro
+
+
+def _initial(collective, p, n, r, root, counts=None):
+    """Rank r's buffer before step 0, without scratch: (label, contributors,
+    finishes) per element, or None where it holds nothing yet."""
+    if collective in REDUCING:
+        return [(e, 1 << r, 0) for e in range(n)]
+    if collective in ("allgather", "gather"):
+        b, e1 = block_range(n, p, r)
+        return [(e, 1 << r, 0) if b <= e < e1 else None for e in range(n)]
+    if collective == "alltoall":
+        so, ro = _alltoall_offsets(counts, r)
+        buf = [(("a", r, d, i), 1 << r, 0) for d in range(p) for i in range(counts[r][d])]
+        buf += [None] * (ro[p] - ro[0])
+        for i in range(counts[r][r]):  # the job's local copy of the own block
+            buf[ro[r] + i] = (("a", r, r, i), 1 << r, 0)
+        return buf
+    return [(e, 1 << root, 0) if r == root else None for e in range(n)]
+
+
+def _simulate(scheds, p, bufs, nsteps, where):
     full = (1 << p) - 1
-    bufs = [_initial(collective, p, n, r, root) for r in range(p)]
     for s in range(nsteps):
         pre = [list(b) for b in bufs]
         outbox = {}  # (src, dst) -> list of element lists, in send order
@@ -172,7 +230,7 @@ def _who(v, p):
     return f"ranks {[q for q in range(p) if v[1] >> q & 1]}"
 
 
-def _check_result(bufs, scheds, collective, p, n, root, where):
+def _check_result(bufs, scheds, collective, p, n, root, where, counts=None):
     full = (1 << p) - 1
     owner = [0] * n
     for i in range(p):
@@ -181,10 +239,22 @@ def _check_result(bufs, scheds, collective, p, n, root, where):
     for r, buf in enumerate(bufs):
         rb, re = scheds[r]["result"]
         at = f"{where} rank {r}"
-        if collective == "reduce_scatter":
+        if collective == "alltoall":
+            so, ro = _alltoall_offsets(counts, r)
+            if (rb, re) != (ro[0], ro[p]):
+                _fail(f"{at}: result [{rb}, {re}) is not the receive blocks "
+                      f"[{ro[0]}, {ro[p]})")
+            for q in range(p):
+                for i in range(counts[q][r]):
+                    pos, want = ro[q] + i, (("a", q, r, i), 1 << q, 0)
+                    if buf[pos] != want:
+                        _fail(f"{at}: element {pos} ends with {buf[pos]}; expected element "
+                              f"{i} of rank {q}'s block for rank {r}")
+            continue
+        if collective in ("reduce_scatter", "scatter"):
             if (rb, re) != block_range(n, p, r):
                 _fail(f"{at}: result [{rb}, {re}) is not block {r} {block_range(n, p, r)}")
-        elif collective == "reduce" and r != root:
+        elif collective in ("reduce", "gather") and r != root:
             if rb != re:
                 _fail(f"{at}: result [{rb}, {re}) of a rank other than the root is not empty")
             continue
@@ -194,7 +264,7 @@ def _check_result(bufs, scheds, collective, p, n, root, where):
             v = buf[pos]
             if collective in REDUCING:
                 want = (pos, full, 1)
-            elif collective == "allgather":
+            elif collective in ("allgather", "gather"):
                 want = (pos, 1 << owner[pos], 0)
             else:
                 want = (pos, 1 << root, 0)
@@ -205,24 +275,90 @@ def _check_result(bufs, scheds, collective, p, n, root, where):
                       f"{want[0]}, {_who(want, p)}, finished {want[2]} times")
 
 
-def check(algo, collective, p, n, root=0, order=None):
-    """Raises ScheduleError naming the first violation; returns the step count."""
+def check(algo, collective, p, n, root=0, order=None, counts=None):
+    """Raises ScheduleError naming the first violation; returns the step count.
+    counts: all-to-all's p x p matrix (alltoall_counts(p, n) when None)."""
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r} (known: {COLLECTIVES})")
+    if collective == "alltoall":
+        counts = counts or alltoall_counts(p, n)
     where = f"{algo} {collective} p={p} n={n}" + (
-        f" root={root}" if collective in ("broadcast", "reduce") else "")
+        f" root={root}" if collective in ("broadcast", "reduce", "gather", "scatter") else "")
     if order:
         where += f" order={list(order)}"
-    return check_schedules(schedules(algo, collective, p, n, root, order), collective, p, n,
-                           root, where)
+    return check_schedules(schedules(algo, collective, p, n, root, order, counts), collective,
+                           p, n, root, where, counts)
 
 
-def check_schedules(scheds, collective, p, n, root=0, where="schedule"):
+def check_schedules(scheds, collective, p, n, root=0, where="schedule", counts=None):
     """check() for schedules given as data (one dict per rank, as _C.schedule
     returns them): lets a new algorithm be checked before it is compiled in."""
     if len(scheds) != p:
         _fail(f"{where}: {len(scheds)} schedules for {p} ranks")
-    nsteps = _check_structure(scheds, p, n, where)
-    bufs = _simulate(scheds, p, n, nsteps, collective, root, where)
-    _check_result(bufs, scheds, collective, p, n, root, where)
+    if collective == "alltoall":
+        counts = counts or alltoall_counts(p, n)
+    bufs = []
+    for r, sched in enumerate(scheds):
+        buf = _initial(collective, p, n, r, root, counts)
+        scratch = sched.get("scratch", 0)
+        if scratch > len(buf):
+            _fail(f"{where} rank {r}: scratch of {scratch} elements, more than the "
+                  f"{len(buf)} it would copy")
+        bufs.append(buf + buf[:scratch])
+    nsteps = _check_structure(scheds, p, [len(b) for b in bufs], where)
+    bufs = _simulate(scheds, p, bufs, nsteps, where)
+    _check_result(bufs, scheds, collective, p, n, root, where, counts)
     return nsteps
+
+
+def _counts(p):
+    """Counts 0..3p+1, sampled above p = 16 (as tests/test_schedule.py)."""
+    if p <= 16:
+        return list(range(3 * p + 2))
+    return sorted({0, 1, p - 1, p, p + 1, 2 * p + 3, 3 * p + 1})
+
+
+def check_all(algo, max_p=64, log=None) -> int:
+    """Proves every collective `algo` provides for p = 1..max_p, counts 0..3p+1
+    (sampled above p = 16), every root up to p = 16 (then 4 of them), and returns
+    how many schedules were checked. Raises ScheduleError on the first violation."""
+    provided = {c.replace("_", "") for c in COLLECTIVES} & set(_C.provides(algo))
+    done = 0
+    for p in range(1, max_p + 1):
+        roots = range(p) if p <= 16 else sorted({0, 1, p // 2, p - 1})
+        for c in COLLECTIVES:
+            if c.replace("_", "") not in provided:
+                continue
+            for n in _counts(p):
+                blocks = c in ("reduce_scatter", "allgather", "gather", "scatter")
+                if blocks and n % p:
+                    continue
+                for root in roots if c in ("broadcast", "reduce", "gather", "scatter") else [0]:
+                    check(algo, c, p, n, root=root)
+                    done += 1
+        if log and (p <= 4 or p % 16 == 0):
+            log(f"{algo}: p = 1..{p} proved ({done} schedules)")
+    return done
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m ringcoll.check",
+        description="Prove every collective an algorithm provides with the generic "
+                    "schedule checker, no processes.")
+    ap.add_argument("algos", nargs="*", help="algorithms (default: every registered one)")
+    ap.add_argument("--max-p", type=int, default=64, help="largest world size (default 64)")
+    a = ap.parse_args(argv)
+    for algo in a.algos or list(_C.algorithms()):
+        try:
+            n = check_all(algo, a.max_p, log=print)
+        except ScheduleError as e:
+            print(f"FAILED: {e}", file=sys.stderr)
+            return 1
+        print(f"{algo} ({', '.join(_C.provides(algo))}): {n} schedules proved, "
+              f"p = 1..{a.max_p}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

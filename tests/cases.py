@@ -107,3 +107,28 @@ def reference(inputs: list[torch.Tensor], op: str, dtype, p: int) -> torch.Tenso
 def same(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Bitwise equality (dtype, shape and values; NaN never appears in our inputs)."""
     return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
+
+
+def gloo_or_none(fn):
+    """fn() run on the gloo reference group; None where gloo does not support the
+    dtype, op or call (its error says so), so the caller checks against the exact
+    expected values alone."""
+    try:
+        return fn()
+    except (RuntimeError, ValueError) as e:
+        text = str(e).lower()
+        if "support" in text or "invalid" in text or "cannot use" in text:
+            return None
+        raise
+
+
+def check_same(failures, what, got, want, gloo_out=None):
+    """Appends to `failures` where ringcoll's `got` differs from `want` (the exact
+    expected values), and where gloo's output, when there is one, does (a bad test)."""
+    if not same(got, want):
+        bad = ((got != want).nonzero()[:5].flatten().tolist()
+               if got.shape == want.shape else f"shape {tuple(got.shape)}")
+        failures.append(f"{what}: ringcoll differs from expected at {bad}: "
+                        f"got {got.flatten()[:8].tolist()} want {want.flatten()[:8].tolist()}")
+    if gloo_out is not None and not same(gloo_out, want):
+        failures.append(f"{what}: gloo differs from the expected values (bad test)")

@@ -9,8 +9,14 @@ large, one dtype of each kind (32- and 16-bit float, integer, bool) with every
 op, every root; and a second group per algorithm forces 64-byte segments, so that
 whole-buffer tree transfers and rhd's halves are pipelined across steps. 5, 7 and
 9 (rhd's folds with rem = 1, 3, 1 around 4 and 8; the trees' uneven levels) run a
-few dtype/op pairs, counts 1, p+1 and large, three roots. Inputs are the small
-integers of tests/cases.py, exact in every dtype whatever the reduction order.
+few dtype/op pairs, counts 1, p+1 and large, three roots; the algorithms added
+since (SAMPLED: oneshot, biring, direct) run there on shared memory only. Inputs
+are the small integers of tests/cases.py, exact in every dtype whatever the
+reduction order (oneshot reduces in a different order on every rank).
+
+gather, scatter and all-to-all (direct) check every block against its exact
+(sender, receiver, index) value; tests/test_gather_scatter_alltoall.py compares
+them with gloo on the default selection, which is direct too.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ WORLD_SIZES = [1, 2, 3, 4, 5, 7, 9]
 # CI's 2 cores are the slowest worlds).
 GRID = [(p, t) for p in WORLD_SIZES for t in TRANSPORTS
         if (p > 1 or t == "shm") and (p <= 5 or t == {7: "gloo", 9: "shm"}[p])]
+# Past 4 ranks these run on shared memory only (CI's time).
+SAMPLED = ("oneshot", "biring", "direct")
 
 
 def _plan(p, tiny):
@@ -105,16 +113,67 @@ def _copying(failures, rank, p, algo, colls, group, dtypes, counts, roots, label
                     _check(failures, f"broadcast root={root} {what}", x, want)
 
 
+def _block(src, dst, n, dtype, salt=0):
+    """n elements rank src sends rank dst: small integers (< 119), exact in every
+    dtype, different for neighbouring (src, dst, salt)."""
+    v = (37 * src + 11 * dst + 5 * torch.arange(n, dtype=torch.int64) + 3 * salt + 1) % 119
+    return (v % 2 == 1) if dtype == torch.bool else v.to(dtype)
+
+
+def _splits(s, d, p, n):
+    """Elements rank s sends rank d in the uneven all-to-all of count n: 0 .. p+1,
+    so some blocks are empty, plus n."""
+    return (s + 2 * d + n) % (p + 2) + (n if (s + d) % 2 == 0 else 0)
+
+
+def _exchanging(failures, rank, p, algo, colls, group, dtypes, counts, roots, label):
+    for dtype in dtypes:
+        for n in counts:
+            what = f"{algo}[{label}] {dtype} n={n}"
+            for root in roots:
+                if "gather" in colls:
+                    out = [torch.zeros(n, dtype=dtype) for _ in range(p)] if rank == root else None
+                    dist.gather(_block(rank, root, n, dtype), out, dst=root, group=group)
+                    if rank == root:
+                        _check(failures, f"gather root={root} {what}", torch.cat(out),
+                               torch.cat([_block(q, root, n, dtype) for q in range(p)]))
+                if "scatter" in colls:
+                    ins = ([_block(root, q, n, dtype, salt=1) for q in range(p)]
+                           if rank == root else None)
+                    y = torch.zeros(n, dtype=dtype)
+                    dist.scatter(y, ins, src=root, group=group)
+                    _check(failures, f"scatter root={root} {what}", y,
+                           _block(root, rank, n, dtype, salt=1))
+            if "alltoall" in colls:
+                send = [_splits(rank, d, p, n) for d in range(p)]
+                recv = [_splits(s, rank, p, n) for s in range(p)]
+                x = torch.cat([_block(rank, d, send[d], dtype, salt=2) for d in range(p)])
+                y = torch.zeros(sum(recv), dtype=dtype)
+                dist.all_to_all_single(y, x, recv, send, group=group)
+                _check(failures, f"all_to_all_single uneven {what}", y,
+                       torch.cat([_block(s, rank, recv[s], dtype, salt=2) for s in range(p)]))
+                outs = [torch.zeros(n, dtype=dtype) for _ in range(p)]
+                dist.all_to_all(outs, [_block(rank, d, n, dtype) for d in range(p)], group=group)
+                _check(failures, f"all_to_all {what}", torch.cat(outs),
+                       torch.cat([_block(s, rank, n, dtype) for s in range(p)]))
+
+
 def algorithms_matrix(rank, p):
     failures = []
+    shm = os.environ.get("RINGCOLL_TRANSPORT") == "shm"
     for algo, colls in COLLECTIVES.items():
+        if p > 4 and algo in SAMPLED and not shm:
+            continue
         for label, chunk in (("default", None), ("tiny-segments", 64))[:2 if p <= 4 else 1]:
+            if algo == "direct" and chunk is not None:
+                continue  # test_gather_scatter_alltoall.py runs its tiny segments
             group = dist.new_group(backend="ringcoll", timeout=timedelta(seconds=60),
                                    pg_options=ringcoll.Options(algo=algo, chunk_bytes=chunk))
             pairs, counts, roots = _plan(p, chunk is not None)
             _reducing(failures, rank, p, algo, colls, group, pairs, counts, roots, label)
             dtypes = list(dict.fromkeys(d for d, _ in pairs))
             _copying(failures, rank, p, algo, colls, group, dtypes, counts, roots, label)
+            _exchanging(failures, rank, p, algo, colls, group, dtypes, counts, roots, label)
             if "barrier" in colls:
                 dist.barrier(group=group)
             dist.destroy_process_group(group)
@@ -155,6 +214,10 @@ def selection_world(rank, p, log_dir):
         dist.all_gather_into_tensor(ag, torch.full((2,), float(rank)), group=group)
         _check(failures, "allgather", ag, torch.arange(p, dtype=torch.float32).repeat_interleave(2))
         dist.barrier(group=group)
+        g = [torch.zeros(1) for _ in range(p)] if rank == 0 else None
+        dist.gather(torch.full((1,), float(rank)), g, dst=0, group=group)
+        if rank == 0:
+            _check(failures, "gather", torch.cat(g), torch.arange(p, dtype=torch.float32))
         # One name for every collective: refused, by name, where it has no schedule,
         # before anything is sent; the group stays usable.
         tree = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(algo="tree"))
@@ -170,6 +233,17 @@ def selection_world(rank, p, log_dir):
         y = torch.ones(5)
         dist.all_reduce(y, group=tree)
         _check(failures, "tree allreduce after the refusal", y, torch.full((5,), float(p)))
+        # direct for everything: all-to-all runs it, an all-reduce is refused by name.
+        direct = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(algo="direct"))
+        try:
+            dist.all_reduce(torch.ones(2), group=direct)
+            failures.append("direct all-reduce was not refused")
+        except (RuntimeError, ValueError) as e:
+            if "direct provides: gather, scatter, alltoall" not in str(e):
+                failures.append(f"direct all-reduce error lacks what it provides: {e}")
+        out = torch.zeros(p)
+        dist.all_to_all_single(out, torch.full((p,), float(rank)), group=direct)
+        _check(failures, "direct all_to_all_single", out, torch.arange(p, dtype=torch.float32))
     finally:
         os.dup2(saved, 2)
         os.close(fd)
@@ -182,7 +256,8 @@ def selection_world(rank, p, log_dir):
             f"{me} broadcast 12 B: tree (RINGCOLL_ALGO broadcast)",
             f"{me} all_gather_into_tensor {8 * p} B: ring "
             f"(default: RINGCOLL_ALGO names no allgather)",
-            f"{me} barrier {p} B: ring (default: RINGCOLL_ALGO names no barrier)"):
+            f"{me} barrier {p} B: ring (default: RINGCOLL_ALGO names no barrier)",
+            f"{me} gather {4 * p} B: direct (default: RINGCOLL_ALGO names no gather)"):
         if line not in log:
             failures.append(f"log lacks {line!r}:\n{log}")
     return failures

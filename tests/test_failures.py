@@ -134,7 +134,8 @@ def test_disagreement_reaches_ranks_that_saw_none(transport):
 # disagreement leaves its group unusable.
 METHODS = ["allreduce", "allreduce_coalesced", "reduce", "broadcast", "allgather",
            "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor", "barrier",
-           "gather", "scatter", "alltoall", "alltoall_base"]
+           "gather", "scatter", "alltoall", "alltoall_base", "allgather_coalesced",
+           "allgather_into_tensor_coalesced", "reduce_scatter_tensor_coalesced"]
 
 
 def _method_call(method, rank, p, g):
@@ -182,6 +183,27 @@ def _method_call(method, rank, p, g):
     if method == "alltoall_base":
         out = torch.full((p * m,), -1.0)
         return [out], lambda: dist.all_to_all_single(out, torch.ones(p * m), group=g)
+    if method == "allgather_coalesced":
+        y = torch.ones(2)
+        outs = [[torch.full((m,), -1.0), torch.full((2,), -1.0)] for _ in range(p)]
+        return ([t for lst in outs for t in lst],
+                lambda: dist.all_gather_coalesced(outs, [x, y], group=g))
+    if method == "allgather_into_tensor_coalesced":
+        outs = [torch.full((p * m,), -1.0), torch.full((2 * p,), -1.0)]
+
+        def call():
+            with dist._coalescing_manager(group=g):
+                dist.all_gather_into_tensor(outs[0], x, group=g)
+                dist.all_gather_into_tensor(outs[1], torch.ones(2), group=g)
+        return outs, call
+    if method == "reduce_scatter_tensor_coalesced":
+        outs = [torch.full((m,), -1.0), torch.full((2,), -1.0)]
+
+        def call():
+            with dist._coalescing_manager(group=g):
+                dist.reduce_scatter_tensor(outs[0], torch.ones(p * m), group=g)
+                dist.reduce_scatter_tensor(outs[1], torch.ones(2 * p), group=g)
+        return outs, call
     raise ValueError(method)
 
 

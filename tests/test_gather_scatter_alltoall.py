@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 import ringcoll
 from tests import mp
-from tests.cases import DTYPES, same
+from tests.cases import DTYPES, check_same, gloo_or_none, same
 
 SUBSET = [torch.float32, torch.float16, torch.int32, torch.bool]
 LARGE = 1000
@@ -50,26 +50,6 @@ def _dtypes(gname, sample):
 def _counts(gname, p):
     return [0, 1, p + 1, LARGE] if gname == "default" else [p + 1, 101]
 
-
-def _gloo(fn):
-    """fn() on the gloo group; None where gloo does not support the dtype or call."""
-    try:
-        return fn()
-    except (RuntimeError, ValueError) as e:
-        text = str(e).lower()
-        if "support" in text or "invalid" in text or "cannot use" in text:
-            return None
-        raise
-
-
-def _check(failures, what, got, want, gloo_out=None):
-    if not same(got, want):
-        bad = ((got != want).nonzero()[:5].flatten().tolist()
-               if got.shape == want.shape else f"shape {tuple(got.shape)}")
-        failures.append(f"{what}: ringcoll differs from expected at {bad}: "
-                        f"got {got.flatten()[:8].tolist()} want {want.flatten()[:8].tolist()}")
-    if gloo_out is not None and not same(gloo_out, want):
-        failures.append(f"{what}: gloo differs from the expected blocks (bad test)")
 
 
 # Uneven split patterns: rows rank s sends to rank d. Each has empty blocks for p >= 2.
@@ -173,12 +153,12 @@ def gather_scatter_matrix(rank, p, sample):
                     dist.gather(x, gl, dst=root, group=group)
                     g = ([torch.zeros(m, 1, dtype=dtype) for _ in range(p)]
                          if rank == root else None)
-                    g = _gloo(lambda: (dist.gather(parts[rank].clone(), g, dst=root,
+                    g = gloo_or_none(lambda: (dist.gather(parts[rank].clone(), g, dst=root,
                                                    group=mp.GLOO), g)[1])
                     if not same(x, parts[rank]):
                         failures.append(f"gather{what}: input changed")
                     if rank == root:
-                        _check(failures, f"gather{what}", torch.cat(gl), torch.cat(parts),
+                        check_same(failures, f"gather{what}", torch.cat(gl), torch.cat(parts),
                                None if g is None else torch.cat(g))
                     # scatter: the root's block r reaches rank r
                     blocks = [values(root, r, m, dtype, salt=1) for r in range(p)]
@@ -186,10 +166,10 @@ def gather_scatter_matrix(rank, p, sample):
                     y = torch.zeros(m, dtype=dtype)
                     dist.scatter(y, sl, src=root, group=group)
                     gy = torch.zeros(m, dtype=dtype)
-                    gy = _gloo(lambda: (dist.scatter(
+                    gy = gloo_or_none(lambda: (dist.scatter(
                         gy, [b.clone() for b in blocks] if rank == root else None,
                         src=root, group=mp.GLOO), gy)[1])
-                    _check(failures, f"scatter{what}", y, blocks[rank], gy)
+                    check_same(failures, f"scatter{what}", y, blocks[rank], gy)
     # Non-contiguous tensors: gathered into and scattered from transposed views.
     root = p - 1
     x = values(rank, 0, 6, torch.float32).view(2, 3).t()
@@ -197,19 +177,19 @@ def gather_scatter_matrix(rank, p, sample):
     dist.gather(x, gl, dst=root)
     if rank == root:
         for r in range(p):
-            _check(failures, f"gather non-contiguous from {r}", gl[r],
+            check_same(failures, f"gather non-contiguous from {r}", gl[r],
                    values(r, 0, 6, torch.float32).view(2, 3).t())
     y = torch.zeros(3, 2).t()
     sl = [values(root, r, 6, torch.float32).view(3, 2).t() for r in range(p)]
     dist.scatter(y, sl if rank == root else None, src=root)
-    _check(failures, "scatter non-contiguous", y, values(root, rank, 6, torch.float32)
+    check_same(failures, "scatter non-contiguous", y, values(root, rank, 6, torch.float32)
            .view(3, 2).t())
     # Async: the work's wait() gives the result.
     gl = [torch.zeros(3) for _ in range(p)] if rank == 0 else None
     work = dist.gather(values(rank, 0, 3, torch.float32), gl, dst=0, async_op=True)
     work.wait()
     if rank == 0:
-        _check(failures, "gather async", torch.cat(gl),
+        check_same(failures, "gather async", torch.cat(gl),
                torch.cat([values(r, 0, 3, torch.float32) for r in range(p)]))
     return failures
 
@@ -239,35 +219,35 @@ def alltoall_matrix(rank, p, sample):
                 out = torch.zeros_like(want)
                 dist.all_to_all_single(out, inp.clone(), group=group, **kw)
                 g = torch.zeros_like(want)
-                g = _gloo(lambda: (dist.all_to_all_single(g, inp.clone(), group=mp.GLOO, **kw),
+                g = gloo_or_none(lambda: (dist.all_to_all_single(g, inp.clone(), group=mp.GLOO, **kw),
                                    g)[1])
-                _check(failures, f"all_to_all_single{what}", out, want, g)
+                check_same(failures, f"all_to_all_single{what}", out, want, g)
                 # all_to_all (list): 1-d blocks of any size
                 ins = [values(rank, d, rows(rank, d), dtype, salt=2) for d in range(p)]
                 outs = [torch.zeros(rows(s, rank), dtype=dtype) for s in range(p)]
                 dist.all_to_all(outs, [t.clone() for t in ins], group=group)
                 wants = [values(s, rank, rows(s, rank), dtype, salt=2) for s in range(p)]
                 gouts = [torch.zeros(rows(s, rank), dtype=dtype) for s in range(p)]
-                gouts = _gloo(lambda: (dist.all_to_all(gouts, [t.clone() for t in ins],
+                gouts = gloo_or_none(lambda: (dist.all_to_all(gouts, [t.clone() for t in ins],
                                                        group=mp.GLOO), gouts)[1])
                 for s in range(p):
-                    _check(failures, f"all_to_all{what} from {s}", outs[s], wants[s],
+                    check_same(failures, f"all_to_all{what} from {s}", outs[s], wants[s],
                            None if gouts is None else gouts[s])
     # In place: the same tensor as input and output, and the same list both ways.
     buf = torch.cat([values(rank, d, 3, torch.int64) for d in range(p)])
     dist.all_to_all_single(buf, buf)
-    _check(failures, "all_to_all_single in place", buf,
+    check_same(failures, "all_to_all_single in place", buf,
            torch.cat([values(s, rank, 3, torch.int64) for s in range(p)]))
     lst = [values(rank, d, 2, torch.int32) for d in range(p)]
     dist.all_to_all(lst, lst)
     for s in range(p):
-        _check(failures, f"all_to_all in place from {s}", lst[s], values(s, rank, 2, torch.int32))
+        check_same(failures, f"all_to_all in place from {s}", lst[s], values(s, rank, 2, torch.int32))
     # Non-contiguous output and async.
     out = torch.zeros(2, 2 * p).t()
     work = dist.all_to_all_single(out, torch.cat([values(rank, d, 4, torch.float32).view(2, 2)
                                                   for d in range(p)]), async_op=True)
     work.wait()
-    _check(failures, "all_to_all_single non-contiguous async", out,
+    check_same(failures, "all_to_all_single non-contiguous async", out,
            torch.cat([values(s, rank, 4, torch.float32).view(2, 2) for s in range(p)]))
     return failures
 
@@ -298,11 +278,11 @@ def large_world(rank, p):
     dist.gather(values(rank, root, m, torch.float32), gl, dst=root)
     if rank == root:
         for r in range(p):
-            _check(failures, f"gather 4MiB from {r}", gl[r], values(r, root, m, torch.float32))
+            check_same(failures, f"gather 4MiB from {r}", gl[r], values(r, root, m, torch.float32))
     y = torch.zeros(m)
     dist.scatter(y, [values(root, r, m, torch.float32) for r in range(p)] if rank == root
                  else None, src=root)
-    _check(failures, "scatter 4MiB", y, values(root, rank, m, torch.float32))
+    check_same(failures, "scatter 4MiB", y, values(root, rank, m, torch.float32))
     rows = [[(1 << 20) * (1 + (s + d) % 3) + s for d in range(p)] for s in range(p)]
     inp = torch.cat([values(rank, d, rows[rank][d], torch.float32) for d in range(p)])
     want = torch.cat([values(s, rank, rows[s][rank], torch.float32) for s in range(p)])
@@ -310,7 +290,7 @@ def large_world(rank, p):
     dist.all_to_all_single(out, inp, [rows[s][rank] for s in range(p)], rows[rank])
     g = torch.zeros_like(want)
     dist.all_to_all_single(g, inp, [rows[s][rank] for s in range(p)], rows[rank], group=mp.GLOO)
-    _check(failures, "all_to_all_single uneven 4-12 MiB", out, want, g)
+    check_same(failures, "all_to_all_single uneven 4-12 MiB", out, want, g)
     return failures
 
 
@@ -321,13 +301,13 @@ GRID = [(p, t) for p in [1, 2, 3] for t in ["shm", "gloo"] if p > 1 or t == "shm
 
 
 @pytest.mark.parametrize("world_size, transport", GRID)
-def test_gather_scatter_against_gloo(world_size, transport):
+def test_gather_scatter_againstgloo_or_none(world_size, transport):
     mp.run_checks(world_size, gather_scatter_matrix, world_size >= 4, timeout=600,
                   transport=transport)
 
 
 @pytest.mark.parametrize("world_size, transport", GRID)
-def test_alltoall_against_gloo(world_size, transport):
+def test_alltoall_againstgloo_or_none(world_size, transport):
     mp.run_checks(world_size, alltoall_matrix, world_size >= 4, timeout=600,
                   transport=transport)
 

@@ -100,7 +100,7 @@ def test_auto_resolves_to_the_predicted_fastest(p, transport):
     assert value.endswith(f"# auto: predicted fastest (model defaults, {transport}, p={p})")
     _C.knobs({"RINGCOLL_ALGO": value})  # the backend's parser accepts it
     for coll in auto.AUTO_COLLECTIVES:
-        algos = model.providers(coll)
+        algos = auto.candidates(coll, p)
         for b in auto.GRID:
             got, why = _C.select(value, model.SELECT_NAME[coll], b)
             assert why.startswith("auto: predicted fastest (model defaults"), why

@@ -3,8 +3,8 @@
   * split: parts tile their range in order, sizes differ by at most one, and parts
     of parts nest (what recursive halving needs);
   * the generic checker (ringcoll.check) proves every registered algorithm's
-    all-reduce, reduce-scatter, all-gather, broadcast and reduce (those it
-    provides) for world sizes 1..64, for counts 0..3p+1 (sampled above p = 16),
+    all-reduce, reduce-scatter, all-gather, broadcast, reduce, gather, scatter and
+    all-to-all (those it provides) for world sizes 1..64, for counts 0..3p+1 (sampled above p = 16),
     every root (sampled above p = 16), and ring orders that group interleaved
     hosts; a collective an algorithm does not provide is refused by name;
   * the checker itself fails on schedules broken in each way it looks for (a
@@ -124,6 +124,48 @@ def test_checker_proves_host_orders(algo, order):
         for c in ("reduce_scatter", "allgather"):
             if provides(algo, c):
                 check.check(algo, c, p, p * m, order=order)
+
+
+@pytest.mark.parametrize("algo", [a for a in ALGOS if any(
+    provides(a, c) for c in ("gather", "scatter", "alltoall"))])
+@pytest.mark.parametrize("p", WORLD)
+def test_checker_proves_exchanges(algo, p):
+    for m in (0, 1, 2) if p <= 16 else (0, 1):
+        for root in roots(p):
+            for c in ("gather", "scatter"):
+                if provides(algo, c):
+                    check.check(algo, c, p, p * m, root=root)
+    if provides(algo, "alltoall"):
+        for n in sorted({0, 1, p - 1, p + 1, 2 * p + 3}):
+            check.check(algo, "alltoall", p, n)
+        # every pair a different size, the own block too
+        check.check(algo, "alltoall", p, 0,
+                    counts=[[(3 * s + d) % 4 for d in range(p)] for s in range(p)])
+
+
+def test_oneshot_keeps_its_input_in_scratch():
+    # Every send is of the kept copy [n, 2n), every receive reduces into [0, n); the
+    # p-1 sends reach p-1 different peers; n elements of scratch (none for p = 1).
+    for p in (1, 2, 5):
+        n = 7
+        for r, sched in enumerate(check.schedules("oneshot", "allreduce", p, n)):
+            assert sched["scratch"] == (n if p > 1 else 0)
+            sends = [t for st in sched["steps"] for t in st["transfers"] if t[0] == "send"]
+            recvs = [t for st in sched["steps"] for t in st["transfers"] if t[0] != "send"]
+            assert all(t[2:] == (n, 2 * n) for t in sends)
+            assert all(t[0] == "recv_reduce" and t[2:] == (0, n) for t in recvs)
+            assert sorted(t[1] for t in sends) == [q for q in range(p) if q != r]
+
+
+def test_biring_uses_both_directions():
+    # Every step of every rank sends one half-chunk to each neighbour.
+    p, n = 5, 40
+    for r, sched in enumerate(check.schedules("biring", "allreduce", p, n)):
+        assert len(sched["steps"]) == 2 * (p - 1)
+        for st in sched["steps"]:
+            sends = sorted(t[1] for t in st["transfers"] if t[0] == "send")
+            assert sends == sorted([(r + 1) % p, (r - 1) % p])
+            assert all(t[3] - t[2] == n // p // 2 for t in st["transfers"])
 
 
 # --------------------------------------------------------------------------------
@@ -250,6 +292,40 @@ def _tree_root_marks_early(sc):
     sc[0]["steps"][0]["reduced"].append((0, 1))
 
 
+def _oneshot_without_scratch(sc):
+    # oneshot sends [0, n), which it is reducing into, instead of its kept copy.
+    for r in sc:
+        r["scratch"] = 0
+        for st in r["steps"]:
+            st["transfers"] = [(k, q, 0, b) if k == "send" else (k, q, b, e)
+                               for k, q, b, e in st["transfers"]]
+
+
+def _scratch_too_large(sc):
+    sc[0]["scratch"] = 10 ** 6
+
+
+def _alltoall_swaps_blocks(sc):
+    # rank 0's receives from two peers land in each other's place (p = 3).
+    st0, st1 = sc[0]["steps"][0]["transfers"], sc[0]["steps"][1]["transfers"]
+    (k0, q0, b0, e0), (k1, q1, b1, e1) = st0[1], st1[1]
+    st0[1], st1[1] = (k0, q0, b1, e1), (k1, q1, b0, e0)
+
+
+def _gather_drops_a_block(sc):
+    # the root never receives rank 1's block, and rank 1 never sends it.
+    sc[0]["steps"][0]["transfers"] = [t for t in sc[0]["steps"][0]["transfers"] if t[1] != 1]
+    sc[1]["steps"][0]["transfers"] = []
+
+
+def _biring_one_direction(sc):
+    # biring, p = 3: rank 0 receives its counter-clockwise half from the wrong side.
+    s, i = _first(sc, 0, "recv_reduce")
+    t = sc[0]["steps"][s]["transfers"]
+    j = next(j for j in range(i + 1, len(t)) if t[j][0] == "recv_reduce")
+    _set(sc, 0, s, j, peer=t[i][1])
+
+
 @pytest.mark.parametrize("algo, collective, p, mutate, fragment", [
     ("rhd", "allreduce", 6, _fold_in_copies, "but it holds ranks"),
     ("rhd", "allreduce", 6, _fold_out_skipped, "ends with position 0, ranks [0]"),
@@ -257,6 +333,11 @@ def _tree_root_marks_early(sc):
     ("rhd", "allreduce", 4, _halving_keeps_wrong_half, "is written while"),
     ("tree", "reduce", 5, _tree_root_marks_early, "marks element 0 reduced"),
     ("twoshot", "allreduce", 3, _drop_pair, "but it holds ranks"),
+    ("oneshot", "allreduce", 3, _oneshot_without_scratch, "is written while"),
+    ("oneshot", "allreduce", 3, _scratch_too_large, "scratch of 1000000 elements"),
+    ("biring", "allreduce", 3, _biring_one_direction, "sends sizes"),
+    ("direct", "alltoall", 3, _alltoall_swaps_blocks, "block for rank 0"),
+    ("direct", "gather", 3, _gather_drops_a_block, "ends with nothing"),
 ])
 def test_checker_catches_broken_algorithms(algo, collective, p, mutate, fragment):
     n = 2 * p
@@ -281,7 +362,11 @@ def test_unknown_algorithm_and_collective_are_refused():
     with pytest.raises(Exception, match="unknown algorithm 'nope'"):
         _C.schedule("nope", "allreduce", 2, 0, 4)
     with pytest.raises(Exception, match="unknown collective"):
+        _C.schedule("ring", "alltoal", 2, 0, 4)
+    with pytest.raises(ValueError, match="'ring' does not provide alltoall"):
         _C.schedule("ring", "alltoall", 2, 0, 4)
+    with pytest.raises(ValueError, match="unknown collective 'all'"):
+        check.check("direct", "all", 2, 4)
     assert "ring" in ALGOS
 
 
@@ -290,6 +375,10 @@ def test_unknown_algorithm_and_collective_are_refused():
     ("tree", "allgather", "allreduce, broadcast, reduce, barrier"),
     ("rhd", "broadcast", "allreduce, reducescatter, allgather, barrier"),
     ("twoshot", "reduce", "allreduce, reducescatter, allgather, barrier"),
+    ("oneshot", "reduce_scatter", "allreduce, barrier"),
+    ("biring", "broadcast", "allreduce, barrier"),
+    ("direct", "allreduce", "gather, scatter, alltoall"),
+    ("ring", "gather", "allreduce, reducescatter, allgather, broadcast, reduce, barrier"),
 ])
 def test_missing_collective_is_refused_by_name(algo, collective, provided):
     with pytest.raises(ValueError) as err:

@@ -38,6 +38,28 @@ MIXED = "allreduce=twoshot:0-64K,rhd:64K-1M,ring;broadcast=tree"
     ("reduce=tree;barrier=twoshot", "reduce", 3, "tree", "RINGCOLL_ALGO reduce"),
     ("allreduce=tree:0-4G,ring", "allreduce", (4 << 30) - 1, "tree",
      "RINGCOLL_ALGO allreduce range 0-4G"),
+    # the algorithms of issue 8: oneshot, biring, direct
+    ("allreduce=oneshot:0-64K,ring", "allreduce", 100, "oneshot",
+     "RINGCOLL_ALGO allreduce range 0-64K"),
+    ("allreduce=oneshot:0-64K,ring", "allreduce", 64 << 10, "ring",
+     "RINGCOLL_ALGO allreduce, beyond its ranges"),
+    ("allreduce=oneshot:0-4K,biring:4K-1M,ring;barrier=oneshot", "allreduce", 4096, "biring",
+     "RINGCOLL_ALGO allreduce range 4K-1M"),
+    ("allreduce=oneshot:0-4K,biring:4K-1M,ring;barrier=oneshot", "barrier", 4, "oneshot",
+     "RINGCOLL_ALGO barrier"),
+    ("oneshot", "barrier", 4, "oneshot", "RINGCOLL_ALGO=oneshot"),
+    ("biring", "allreduce", 1 << 20, "biring", "RINGCOLL_ALGO=biring"),
+    ("gather=direct;scatter=direct:0-1K;alltoall=direct", "scatter", 10, "direct",
+     "RINGCOLL_ALGO scatter range 0-1K"),
+    ("gather=direct;scatter=direct:0-1K", "scatter", 1 << 10, "direct",
+     "default: no RINGCOLL_ALGO scatter range covers it"),
+    ("direct", "alltoall", 8, "direct", "RINGCOLL_ALGO=direct"),
+    # gather, scatter and all-to-all default to direct, also under one other name
+    ("ring", "gather", 8, "direct", "default: ring (RINGCOLL_ALGO=ring) does not provide gather"),
+    ("rhd", "alltoall", 8, "direct", "default: rhd (RINGCOLL_ALGO=rhd) does not provide alltoall"),
+    ("oneshot#note", "scatter", 8, "direct",
+     "note; default: oneshot (RINGCOLL_ALGO=oneshot) does not provide scatter"),
+    (MIXED, "gather", 8, "direct", "default: RINGCOLL_ALGO names no gather"),
 ])
 def test_good_values_pick(value, collective, nbytes, algo, why):
     assert _C.select(value, collective, nbytes) == (algo, why)
@@ -74,6 +96,18 @@ def test_good_values_pick(value, collective, nbytes, algo, why):
     ("reducescatter=tree:0-1K,ring", ["algorithm 'tree' does not provide reducescatter",
                                       "tree provides: allreduce, broadcast, reduce, barrier"]),
     ("reduce=twoshot", ["'twoshot' does not provide reduce"]),
+    ("allreduce=direct", ["in 'allreduce=direct'", "algorithm 'direct' does not provide allreduce",
+                          "direct provides: gather, scatter, alltoall"]),
+    ("gather=ring", ["algorithm 'ring' does not provide gather",
+                     "ring provides: allreduce, reducescatter, allgather, broadcast, reduce, "
+                     "barrier"]),
+    ("alltoall=oneshot", ["algorithm 'oneshot' does not provide alltoall",
+                          "oneshot provides: allreduce, barrier"]),
+    ("scatter=biring:0-1K,direct", ["'biring' does not provide scatter",
+                                    "biring provides: allreduce, barrier"]),
+    ("reducescatter=oneshot", ["'oneshot' does not provide reducescatter"]),
+    ("alltoal=direct", ["unknown collective 'alltoal'", "barrier, gather, scatter, alltoall"]),
+    ("nope", ["known: ring, rhd, tree, twoshot, oneshot, direct, biring"]),
 ])
 def test_bad_values_are_clear_errors(value, fragments):
     with pytest.raises(ValueError) as err:
@@ -101,6 +135,17 @@ def test_one_name_refuses_what_it_lacks_when_called():
     assert "algorithm 'tree' does not provide reducescatter" in msg, msg
     assert "tree provides: allreduce, broadcast, reduce, barrier" in msg, msg
     assert "name algorithms per collective instead" in msg, msg
+    # One name that provides none of ring's collectives: refused for each of them,
+    # while gather, scatter and all-to-all run it.
+    assert _C.select("direct", "gather", 8)[0] == "direct"
+    with pytest.raises(ValueError) as err:
+        _C.select("direct", "allreduce", 8)
+    msg = str(err.value)
+    assert "algorithm 'direct' does not provide allreduce" in msg, msg
+    assert "direct provides: gather, scatter, alltoall" in msg, msg
+    assert "e.g. 'allreduce=ring'" in msg, msg
+    with pytest.raises(ValueError, match="'oneshot' does not provide broadcast"):
+        _C.select("oneshot", "broadcast", 8)
 
 
 def test_knobs_and_options_validate_the_value():
@@ -119,4 +164,7 @@ def test_every_algorithm_says_what_it_provides():
         "rhd": ["allreduce", "reducescatter", "allgather", "barrier"],
         "tree": ["allreduce", "broadcast", "reduce", "barrier"],
         "twoshot": ["allreduce", "reducescatter", "allgather", "barrier"],
+        "oneshot": ["allreduce", "barrier"],
+        "direct": ["gather", "scatter", "alltoall"],
+        "biring": ["allreduce", "barrier"],
     }

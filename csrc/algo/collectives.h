@@ -15,6 +15,7 @@
 
 #include "algo/executor.h"
 #include "algo/registry.h"
+#include "common/errors.h"
 #include "reduce/reducer.h"
 #include "reduce/types.h"
 
@@ -35,18 +36,36 @@ inline void describeReduction(Fingerprint& fp, const Reduction& red) {
 
 // The job of a reducing schedule over buf (prm.n elements): PREMUL_SUM scales the
 // local input in the job's prologue (once the ranks agreed, before anything is
-// sent); AVG divides by p where the schedule marks elements complete.
+// sent); AVG divides by p where the schedule marks elements reduced. A schedule
+// with scratch (algo/schedule.h) gets it from the reducer's device as a second
+// region, filled with a copy of buf's first elements in the prologue, after the
+// scaling; where the reducer has no memory to give (CUDA, for now) the call is
+// refused with std::invalid_argument naming the algorithm.
 inline Job reducingJob(Schedule schedule, const Params& prm, void* buf, DType dtype,
                        const Reduction& red, Reducer& reducer) {
   Job job;
-  if (red.premul) {
-    const size_t n = prm.n;
-    const double factor = red.premulFactor;
-    job.prologue = [&reducer, buf, n, dtype, factor] { reducer.multiply(buf, n, dtype, factor); };
+  const size_t n = prm.n, scratch = schedule.scratch;
+  void* keep = nullptr;
+  if (scratch > 0) {
+    RC_ASSERT(scratch <= n, schedule.name, ": scratch of ", scratch, " elements past ", n);
+    job.owned = reducer.allocate(scratch * elementSize(dtype));
+    RC_CHECK_ARG(job.owned != nullptr, "schedule '", schedule.name, "' needs ", scratch,
+                 " elements of scratch memory, which this device does not provide yet "
+                 "(CPU tensors only): name another algorithm for this collective");
+    keep = job.owned.get();
+    job.regions = {{0, n, buf}, {n, n + scratch, keep}};
+  }
+  if (red.premul || keep) {
+    const double factor = red.premul ? red.premulFactor : 1.0;
+    const bool premul = red.premul;
+    job.prologue = [&reducer, buf, n, dtype, factor, premul, keep, scratch] {
+      if (premul) reducer.multiply(buf, n, dtype, factor);
+      if (keep) reducer.copy(keep, buf, scratch * elementSize(dtype), false);
+    };
   }
   job.schedule = std::move(schedule);
   job.buf = buf;
-  job.n = prm.n;
+  job.n = n;
   job.dtype = dtype;
   job.op = red.op;
   job.divideBy = red.average ? prm.size : 0;
@@ -77,39 +96,33 @@ Job reduce(const Algorithm& algo, const Params& prm, void* buf, DType dtype,
 Job broadcast(const Algorithm& algo, const Params& prm, void* buf);
 
 // Completes on no rank before every rank has entered. scratch: p zeroed bytes of
-// the executor's device memory; prm.n is ignored.
+// host memory (the backend runs barriers on the CPU path); prm.n is ignored. A
+// schedule's own scratch (one-shot's) is zeroed host memory the job owns.
 Job barrier(const Algorithm& algo, const Params& prm, void* scratch);
 
-// The collectives that move blocks between ranks without reducing. Each has one
-// schedule (its file shows it step by step; RINGCOLL_ALGO does not choose among
-// others) over a buffer of the user's memory: the job's regions (Job::regions), one
-// per block, so nothing is staged; a rank's own block is copied locally in the
-// job's prologue, once the ranks agreed.
+// The collectives that move blocks between ranks without reducing, each by the
+// algorithm's schedule (direct.cc draws direct's, the default) over a buffer of
+// the user's memory: the job's regions (Job::regions), one per block, so nothing
+// is staged; a rank's own block is copied locally in the job's prologue, once the
+// ranks agreed. Their schedules obey registry.h's contract for them.
 
-// Direct gather. prm.n = p * m: rank i's m elements at `mine` reach blocks[i] on
-// the root (p pointers to m elements each there; empty on other ranks).
-Schedule gatherSchedule(const Params& prm);
-// The one step of gather (toRoot) and scatter (!toRoot): block q of the buffer
-// moves between the root and rank q, for every q but the root (defined in gather.cc).
-Step starStep(const Params& prm, bool toRoot);
-Job gather(const Params& prm, DType dtype, const void* mine, const std::vector<void*>& blocks,
-           Reducer& reducer);
+// Gather. prm.n = p * m: rank i's m elements at `mine` reach blocks[i] on the root
+// (p pointers to m elements each there; empty on other ranks).
+Job gather(const Algorithm& algo, const Params& prm, DType dtype, const void* mine,
+           const std::vector<void*>& blocks, Reducer& reducer);
 
-// Direct scatter. prm.n = p * m: the root's blocks[i] (p pointers to m elements
-// each there; empty on other ranks) reach rank i at `mine`.
-Schedule scatterSchedule(const Params& prm);
-Job scatter(const Params& prm, DType dtype, void* mine, const std::vector<const void*>& blocks,
-            Reducer& reducer);
+// Scatter. prm.n = p * m: the root's blocks[i] (p pointers to m elements each
+// there; empty on other ranks) reach rank i at `mine`.
+Job scatter(const Algorithm& algo, const Params& prm, DType dtype, void* mine,
+            const std::vector<const void*>& blocks, Reducer& reducer);
 
-// Pairwise-exchange all-to-all: this rank's sends[j] (sendCounts[j] elements)
-// reach recvs[this rank] on rank j, whose recvCounts[this rank] must equal it (the
-// pairwise fingerprint checks that); sendCounts[rank] == recvCounts[rank]. The
-// schedule's buffer is the send blocks followed by the receive blocks (prm.n their
-// total; the job sets it).
-Schedule alltoallSchedule(const Params& prm, const std::vector<size_t>& sendCounts,
-                          const std::vector<size_t>& recvCounts);
-Job alltoall(const Params& prm, DType dtype, const std::vector<const void*>& sends,
-             const std::vector<size_t>& sendCounts, const std::vector<void*>& recvs,
-             const std::vector<size_t>& recvCounts, Reducer& reducer);
+// All-to-all: this rank's sends[j] (sendCounts[j] elements) reach recvs[this rank]
+// on rank j, whose recvCounts[this rank] must equal it (the pairwise fingerprint
+// checks that); sendCounts[rank] == recvCounts[rank]. The schedule's buffer is the
+// send blocks followed by the receive blocks (the job sets prm.n and the counts).
+Job alltoall(const Algorithm& algo, const Params& prm, DType dtype,
+             const std::vector<const void*>& sends, const std::vector<size_t>& sendCounts,
+             const std::vector<void*>& recvs, const std::vector<size_t>& recvCounts,
+             Reducer& reducer);
 
 }  // namespace ringcoll::algo

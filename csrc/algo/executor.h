@@ -99,6 +99,8 @@ struct Job {
   std::function<void()> prologue;
   // For the trace only (who called, which call); ignored when not tracing.
   TraceTag tag;
+  // Memory the job owns (a schedule's scratch, algo/collectives.h); may be null.
+  std::shared_ptr<void> owned;
 };
 
 class Execution {

@@ -1,6 +1,7 @@
 #include "algo/fingerprint.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "common/errors.h"
@@ -27,6 +28,9 @@ const char* methodName(Method m) {
     case Method::kScatter: return "scatter";
     case Method::kAlltoall: return "alltoall";
     case Method::kAlltoallBase: return "alltoall_base";
+    case Method::kAllgatherCoalesced: return "allgather_coalesced";
+    case Method::kAllgatherIntoTensorCoalesced: return "allgather_into_tensor_coalesced";
+    case Method::kReduceScatterTensorCoalesced: return "reduce_scatter_tensor_coalesced";
   }
   return "?";
 }
@@ -38,7 +42,7 @@ bool sameCall(const Fingerprint& a, const Fingerprint& b) {
   return a.magic == b.magic && a.version == b.version && a.method == b.method &&
       a.dtype == b.dtype && a.reduces == b.reduces &&
       (a.reduces != Reduces::kOp || a.op == b.op) && a.hasDtype == b.hasDtype && a.root == b.root &&
-      a.seq == b.seq && a.pairwise == b.pairwise && counts &&
+      a.seq == b.seq && a.pairwise == b.pairwise && counts && a.layout == b.layout &&
       std::memcmp(a.algorithm, b.algorithm, sizeof(a.algorithm)) == 0;
 }
 
@@ -62,6 +66,11 @@ std::string describe(const Fingerprint& fp, int to) {
     case Reduces::kPremulSum: add("PREMUL_SUM"); break;
   }
   if (fp.root >= 0) add(RC_STR("root ", fp.root));
+  if (fp.layout != 0) {
+    char hex[9];
+    std::snprintf(hex, sizeof(hex), "%08x", fp.layout);
+    add(RC_STR("tensor list #", hex));
+  }
   const std::string algo(fp.algorithm, strnlen(fp.algorithm, sizeof(fp.algorithm)));
   if (!algo.empty()) add(algo);
   return RC_STR("rank ", fp.rank, " called ", methodName(fp.method), "(", args, ") #",

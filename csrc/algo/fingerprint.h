@@ -18,6 +18,11 @@
 // header sent to peer q says how many elements this rank sends to q (`count`) and
 // expects from q (`countBack`); the two ranks agree when each one's count is the
 // other's countBack. Every other call sends the same header to every peer.
+//
+// Coalesced calls (several tensors in one collective): `count` is the elements of
+// all tensors together, and `layout` a digest of the list (layoutDigest), so that
+// ranks passing [3, 5] and [5, 3] elements, or the same bytes in other dtypes,
+// disagree instead of moving blocks to the wrong tensors.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +49,9 @@ enum class Method : uint8_t {
   kScatter,
   kAlltoall,
   kAlltoallBase,
+  kAllgatherCoalesced,            // all_gather_coalesced (a list of outputs per rank)
+  kAllgatherIntoTensorCoalesced,  // all_gather_into_tensor under _coalescing_manager
+  kReduceScatterTensorCoalesced,  // reduce_scatter_tensor under _coalescing_manager
 };
 
 // How the call reduces: not at all, by an element op (Fingerprint::op), or by AVG
@@ -52,7 +60,7 @@ enum class Reduces : uint8_t { kNo, kOp, kAvg, kPremulSum };
 
 struct alignas(64) Fingerprint {
   static constexpr uint32_t kMagic = 0x50464352;  // "RCFP"
-  static constexpr uint16_t kVersion = 2;
+  static constexpr uint16_t kVersion = 3;  // 3: `layout` is compared
 
   uint32_t magic = kMagic;
   uint16_t version = kVersion;
@@ -64,7 +72,7 @@ struct alignas(64) Fingerprint {
   uint8_t pairwise = 0;    // count/countBack are per peer (see above)
   int32_t root = -1;     // broadcast, reduce; -1 otherwise
   int32_t rank = -1;     // the sender; not compared
-  uint32_t reserved2 = 0;
+  uint32_t layout = 0;   // coalesced calls: layoutDigest of the tensor list; else 0
   uint64_t seq = 0;      // the group's sequence number of this call
   uint64_t count = 0;    // elements per rank as the user passed them (see api.cc);
                          // pairwise: elements sent to the header's recipient
@@ -76,6 +84,20 @@ struct alignas(64) Fingerprint {
 static_assert(sizeof(Fingerprint) == 64, "the header is one 64-byte message");
 
 const char* methodName(Method m);
+
+// The digest of a coalesced call's tensor list: FNV-1a over the number of tensors
+// and each one's (dtype, element count) in order. Never 0, so a coalesced call
+// never matches a plain one by accident. Both ends are the same build.
+struct LayoutDigest {
+  uint32_t h = 2166136261u;
+  void add(uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<uint8_t>(v >> (8 * i));
+      h *= 16777619u;
+    }
+  }
+  uint32_t value() const { return h == 0 ? 1 : h; }
+};
 
 // Everything but the sender's rank is equal.
 bool sameCall(const Fingerprint& a, const Fingerprint& b);

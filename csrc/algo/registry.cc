@@ -11,11 +11,15 @@ Algorithm ringAlgorithm();     // ring.cc
 Algorithm rhdAlgorithm();      // rhd.cc
 Algorithm treeAlgorithm();     // tree.cc
 Algorithm twoshotAlgorithm();  // twoshot.cc
+Algorithm oneshotAlgorithm();  // oneshot.cc
+Algorithm directAlgorithm();   // direct.cc
+Algorithm biringAlgorithm();   // biring.cc
 
 namespace {
 const std::vector<Algorithm>& registry() {
   static const std::vector<Algorithm> algorithms = {
-      ringAlgorithm(), rhdAlgorithm(), treeAlgorithm(), twoshotAlgorithm()};
+      ringAlgorithm(),    rhdAlgorithm(),    treeAlgorithm(), twoshotAlgorithm(),
+      oneshotAlgorithm(), directAlgorithm(), biringAlgorithm()};
   return algorithms;
 }
 }  // namespace
@@ -28,6 +32,9 @@ const char* collectiveName(Collective c) {
     case Collective::kBroadcast: return "broadcast";
     case Collective::kReduce: return "reduce";
     case Collective::kBarrier: return "barrier";
+    case Collective::kGather: return "gather";
+    case Collective::kScatter: return "scatter";
+    case Collective::kAlltoall: return "alltoall";
   }
   return "?";
 }
@@ -40,6 +47,9 @@ const Builder& Algorithm::builder(Collective c) const {
     case Collective::kBroadcast: return broadcast;
     case Collective::kReduce: return reduce;
     case Collective::kBarrier: return allreduce;
+    case Collective::kGather: return gather;
+    case Collective::kScatter: return scatter;
+    case Collective::kAlltoall: return alltoall;
   }
   RC_ASSERT(false, "collective ", static_cast<int>(c));
 }
@@ -71,6 +81,12 @@ std::vector<std::string> algorithmNames() {
   std::vector<std::string> names;
   for (const auto& a : registry()) names.push_back(a.name);
   return names;
+}
+
+const Algorithm& defaultAlgorithm(Collective c) {
+  const bool exchange =
+      c == Collective::kGather || c == Collective::kScatter || c == Collective::kAlltoall;
+  return findAlgorithm(exchange ? "direct" : "ring");
 }
 
 }  // namespace ringcoll::algo

@@ -26,7 +26,12 @@
 //   * `reduced` marks where a rank holds the complete reduction of a range: a
 //     collective that finishes a reduction (AVG's division by p) does it there,
 //     once per element, before the range is sent on;
-//   * `result` is the range that holds the collective's output on this rank.
+//   * `result` is the range that holds the collective's output on this rank;
+//   * `scratch` > 0 extends the buffer past n: elements [n, n + scratch) are memory
+//     the job provides, holding a copy of [0, scratch) taken before step 0 (once
+//     the ranks agreed, after PREMUL_SUM's scaling). An algorithm that must still
+//     send its input after it began reducing into it (one-shot) sends from there.
+//     Transfers may address [0, n + scratch); `result` and `reduced` lie in [0, n).
 //
 // A schedule knows no tensors, devices, streams or sockets, so it can be checked
 // and simulated with none. A new algorithm is a new file producing these plus one
@@ -82,12 +87,16 @@ struct Params {
   // Ring order, position -> rank, with the ranks of one host next to each other
   // so that a ring crosses each host boundary once. Empty means 0, 1, ..., p-1.
   std::vector<int> order;
+  // All-to-all: the elements this rank sends to and receives from each rank (p
+  // entries each; n is their total). Empty for the other collectives.
+  std::vector<size_t> sendCounts, recvCounts;
 };
 
 struct Schedule {
   std::string name;
   std::vector<Step> steps;
   Range result;
+  size_t scratch = 0;  // elements past n, starting as a copy of [0, scratch) (above)
 };
 
 }  // namespace ringcoll::algo

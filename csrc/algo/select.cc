@@ -148,15 +148,21 @@ std::string Selector::noted(const std::string& why) const {
 Choice Selector::pick(Collective c, size_t bytes) const {
   const auto& rules = rules_[static_cast<size_t>(c)];
   const std::string name = collectiveName(c);
+  const Algorithm& fallback = defaultAlgorithm(c);
   for (const auto& r : rules) {
     if (r.ranged && (bytes < r.lo || bytes >= r.hi)) continue;
     if (single_) {
+      if (!r.algorithm->provides(c) && fallback.name != "ring") {
+        // The one name stands in for ring; this collective's default is another.
+        return {&fallback, noted(RC_STR("default: ", r.algorithm->name, " (RINGCOLL_ALGO=",
+                                        value_, ") does not provide ", name))};
+      }
       try {
         r.algorithm->require(c);
       } catch (const std::invalid_argument& e) {
         throw std::invalid_argument(RC_STR(
             e.what(), "; RINGCOLL_ALGO=", value_, " names it for every collective: name "
-            "algorithms per collective instead, e.g. '", name, "=ring'"));
+            "algorithms per collective instead, e.g. '", name, "=", fallback.name, "'"));
       }
       return {r.algorithm, noted(RC_STR("RINGCOLL_ALGO=", value_))};
     }
@@ -165,7 +171,7 @@ Choice Selector::pick(Collective c, size_t bytes) const {
                   : rules.size() > 1 ? RC_STR("RINGCOLL_ALGO ", name, ", beyond its ranges")
                                      : RC_STR("RINGCOLL_ALGO ", name))};
   }
-  return {&findAlgorithm("ring"),
+  return {&fallback,
           rules.empty() ? RC_STR("default: RINGCOLL_ALGO names no ", name)
                         : RC_STR("default: no RINGCOLL_ALGO ", name, " range covers it")};
 }

@@ -11,20 +11,27 @@
 //   choice     := name | name ':' size '-' size
 //   size       := digits, optionally followed by K, M or G (times 2^10, 2^20, 2^30)
 //   collective := allreduce | reducescatter | allgather | broadcast | reduce | barrier
+//               | gather | scatter | alltoall
 //
 // A range lo-hi covers lo <= bytes < hi; ranges of one collective may not overlap.
 // A choice without a range covers every size the ranges before it do not, and must
 // be the collective's last. Sizes that no choice covers, and collectives the value
-// does not name, run ring. The size is that of the collective's buffer: the tensor
-// (all-reduce, broadcast, reduce), the whole input (reduce-scatter), the whole
-// output (all-gather), p bytes (barrier, an all-reduce of one byte per rank).
+// does not name, run the collective's default (defaultAlgorithm: ring, or direct for
+// gather, scatter and all-to-all). The size is that of the collective's buffer: the
+// tensor (all-reduce, broadcast, reduce), the whole input (reduce-scatter), the
+// whole output (all-gather, gather), the root's whole input (scatter), what this
+// rank sends (all-to-all), p bytes (barrier, an all-reduce of one byte per rank).
 //
 // A bad value is a std::invalid_argument naming RINGCOLL_ALGO, the bad part and
 // what is accepted. An algorithm named for a collective it does not provide is
-// refused here; one name for everything is applied to each collective as it is
-// called, and one it does not provide is refused then (pick), so that
-// RINGCOLL_ALGO=rhd runs rhd's all-reduce and refuses a broadcast instead of
-// silently running another algorithm.
+// refused here. One name for everything stands where the default says ring: it is
+// applied to each collective as it is called, and one whose default is ring but
+// which the name does not provide is refused then (pick), so that RINGCOLL_ALGO=rhd
+// runs rhd's all-reduce and refuses a broadcast instead of silently running
+// another algorithm. Gather, scatter and all-to-all, which have their own default
+// (direct), run the named algorithm when it provides them and direct otherwise:
+// RINGCOLL_ALGO=ring (the default) or =rhd leaves them running direct, as before
+// they were selectable, while RINGCOLL_ALGO=direct refuses an all-reduce.
 //
 // The note says where a generated value came from: RINGCOLL_DEBUG prints it as the
 // reason of every choice the value makes. `auto` never reaches this parser: the

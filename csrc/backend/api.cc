@@ -31,7 +31,10 @@ Staged reduceScatterInto(at::Tensor out, at::Tensor work, const algo::Algorithm&
 c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   const char* op = "allreduce";
-  at::Tensor t = checks::single(op, tensors, "input");
+  if (checks::single(op, tensors, "input").layout() == at::kSparse) {
+    return sparseAllreduce(tensors[0], opts);  // api_sparse.cc
+  }
+  at::Tensor t = checks::realView(op, tensors[0], &opts.reduceOp);
   const DType dtype = checks::tensorDType(op, t, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   const algo::Algorithm* a = algorithm(op, algo::Collective::kAllreduce, bytesOf(t));
@@ -50,17 +53,17 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   const char* op = "allreduce_coalesced";
   TORCH_CHECK(!tensors.empty(), "ringcoll::", op, ": no tensors given");
-  const DType dtype = checks::tensorDType(op, tensors[0], "tensor 0");
+  std::vector<at::Tensor> ts = checks::realViews(op, tensors, &opts.reduceOp);
+  const DType dtype = checks::tensorDType(op, ts[0], "tensor 0");
   size_t bytes = 0;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    checks::tensorDType(op, tensors[i], "tensor");
-    TORCH_CHECK(tensors[i].scalar_type() == tensors[0].scalar_type(), "ringcoll::", op,
+  for (size_t i = 0; i < ts.size(); ++i) {
+    checks::tensorDType(op, ts[i], "tensor");
+    TORCH_CHECK(ts[i].scalar_type() == ts[0].scalar_type(), "ringcoll::", op,
                 ": tensor ", i, " has dtype ", tensors[i].scalar_type(),
                 " but tensor 0 has dtype ", tensors[0].scalar_type());
-    bytes += bytesOf(tensors[i]);
+    bytes += bytesOf(ts[i]);
   }
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
-  std::vector<at::Tensor> ts = tensors;
   int64_t count = 0;
   for (const auto& t : ts) count += t.numel();
   const algo::Algorithm* a = algorithm(op, algo::Collective::kAllreduce, bytes);
@@ -92,7 +95,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(
 c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce(std::vector<at::Tensor>& tensors,
                                                        const c10d::ReduceOptions& opts) {
   const char* op = "reduce";
-  at::Tensor t = checks::single(op, tensors, "input");
+  at::Tensor t = checks::realView(op, checks::single(op, tensors, "input"), &opts.reduceOp);
   const DType dtype = checks::tensorDType(op, t, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
@@ -118,7 +121,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce(std::vector<at::Tensor>& 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
     std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   const char* op = "broadcast";
-  at::Tensor t = checks::single(op, tensors, "input");
+  at::Tensor t = checks::realView(op, checks::single(op, tensors, "input"));
   const DType dtype = checks::tensorDType(op, t, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
@@ -138,10 +141,10 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
 c10::intrusive_ptr<c10d::Work> RingcollBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   const char* op = "all_gather_into_tensor";
-  checks::basePair(op, output, "output", input, "input", getSize());
-  const DType dtype = checks::tensorDType(op, input, "input");
-  at::Tensor out = output;
-  at::Tensor in = input;
+  at::Tensor out = checks::realView(op, output);
+  at::Tensor in = checks::realView(op, input);
+  checks::basePair(op, out, "output", in, "input", getSize());
+  const DType dtype = checks::tensorDType(op, in, "input");
   const algo::Algorithm* a = algorithm(op, algo::Collective::kAllgather, bytesOf(out));
   return launch(c10d::OpType::_ALLGATHER_BASE, op,
                 callPrint(algo::Method::kAllgatherIntoTensor, dtype, in.numel()), {in}, {out},
@@ -163,10 +166,11 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& opts) {
   const char* op = "allgather";
-  at::Tensor in = checks::single(op, inputs, "input");
+  at::Tensor in = checks::realView(op, checks::single(op, inputs, "input"));
   const DType dtype = checks::tensorDType(op, in, "input");
+  auto outLists = checks::realViews(op, outputs);
   std::vector<at::Tensor> outs =
-      checks::perRankList(op, outputs, "output", getSize(), in, "the input");
+      checks::perRankList(op, outLists, "output", getSize(), in, "the input");
   const algo::Algorithm* a =
       algorithm(op, algo::Collective::kAllgather, bytesOf(in) * outs.size());
   return launch(c10d::OpType::ALLGATHER, op, callPrint(algo::Method::kAllgather, dtype, in.numel()),
@@ -189,11 +193,11 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
 c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter_tensor";
-  checks::basePair(op, input, "input", output, "output", getSize());
-  const DType dtype = checks::tensorDType(op, input, "input");
+  at::Tensor out = checks::realView(op, output, &opts.reduceOp);
+  at::Tensor in = checks::realView(op, input, &opts.reduceOp);
+  checks::basePair(op, in, "input", out, "output", getSize());
+  const DType dtype = checks::tensorDType(op, in, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
-  at::Tensor out = output;
-  at::Tensor in = input;
   const algo::Algorithm* a = algorithm(op, algo::Collective::kReduceScatter, bytesOf(in));
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op,
                 callPrint(algo::Method::kReduceScatterTensor, dtype, out.numel(),
@@ -211,10 +215,11 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
   const char* op = "reduce_scatter";
-  at::Tensor out = checks::single(op, outputs, "output");
+  at::Tensor out = checks::realView(op, checks::single(op, outputs, "output"), &opts.reduceOp);
   const DType dtype = checks::tensorDType(op, out, "output");
+  auto inLists = checks::realViews(op, inputs, &opts.reduceOp);
   std::vector<at::Tensor> ins =
-      checks::perRankList(op, inputs, "input", getSize(), out, "the output");
+      checks::perRankList(op, inLists, "input", getSize(), out, "the output");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   const algo::Algorithm* a =
       algorithm(op, algo::Collective::kReduceScatter, bytesOf(out) * ins.size());

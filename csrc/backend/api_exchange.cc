@@ -2,7 +2,8 @@
 // (a list of tensors, any sizes) and alltoall_base (one tensor, equal or given
 // split sizes; what all_to_all_single calls). Each checks its arguments once, on
 // the calling thread, and runs its schedule (algo/gather.cc, scatter.cc,
-// alltoall.cc) directly on the user's tensors: a contiguous tensor is used in
+// alltoall.cc; the algorithm RINGCOLL_ALGO picks, direct by default) directly on
+// the user's tensors: a contiguous tensor is used in
 // place, a non-contiguous one through a contiguous copy written back at the end.
 // CPU tensors only for now (checks::cpuOnly).
 #include "backend/backend.h"
@@ -32,17 +33,19 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::gather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::GatherOptions& opts) {
   const char* op = "gather";
-  at::Tensor in = checks::single(op, inputs, "input");
+  at::Tensor in = checks::realView(op, checks::single(op, inputs, "input"));
   const DType dtype = checks::tensorDType(op, in, "input");
   checks::cpuOnly(op, in, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
+  auto outLists = checks::realViews(op, outputs);
   std::vector<at::Tensor> outs =
-      checks::rootList(op, outputs, "output", getRank(), root, getSize(), in, "the input");
+      checks::rootList(op, outLists, "output", getRank(), root, getSize(), in, "the input");
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kGather, bytesOf(in) * getSize());
   return launch(c10d::OpType::GATHER, op,
                 callPrint(algo::Method::kGather, dtype, in.numel(), nullptr, root), {in}, outs,
                 bytesOf(in) * getSize(), opTimeout(opts.timeout),
-                [this, in, outs, dtype, root](algo::Executor& ex) {
+                [this, a, in, outs, dtype, root](algo::Executor& ex) {
                   at::Tensor mine = flatWorking(in);
                   std::vector<at::Tensor> flats;
                   std::vector<void*> blocks;
@@ -50,8 +53,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::gather(
                     flats.push_back(flatWorking(o));
                     blocks.push_back(flats.back().data_ptr());
                   }
-                  algo::Job job = algo::gather(params(mine.numel() * getSize(), root), dtype,
-                                               mine.data_ptr(), blocks, ex.reducer());
+                  algo::Job job = algo::gather(*a, params(mine.numel() * getSize(), root),
+                                               dtype, mine.data_ptr(), blocks, ex.reducer());
                   return Staged{std::move(job), [outs, flats, mine]() mutable {
                                   for (size_t i = 0; i < outs.size(); ++i) {
                                     writeBack(outs[i], flats[i]);
@@ -64,17 +67,19 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
   const char* op = "scatter";
-  at::Tensor out = checks::single(op, outputs, "output");
+  at::Tensor out = checks::realView(op, checks::single(op, outputs, "output"));
   const DType dtype = checks::tensorDType(op, out, "output");
   checks::cpuOnly(op, out, "output");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
+  auto inLists = checks::realViews(op, inputs);
   std::vector<at::Tensor> ins =
-      checks::rootList(op, inputs, "input", getRank(), root, getSize(), out, "the output");
+      checks::rootList(op, inLists, "input", getRank(), root, getSize(), out, "the output");
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kScatter, bytesOf(out) * getSize());
   return launch(c10d::OpType::SCATTER, op,
                 callPrint(algo::Method::kScatter, dtype, out.numel(), nullptr, root), ins,
                 {out}, bytesOf(out) * getSize(), opTimeout(opts.timeout),
-                [this, out, ins, dtype, root](algo::Executor& ex) {
+                [this, a, out, ins, dtype, root](algo::Executor& ex) {
                   at::Tensor mine = flatWorking(out);
                   std::vector<at::Tensor> flats;
                   std::vector<const void*> blocks;
@@ -88,8 +93,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::scatter(
                       mine = at::empty({out.numel()}, out.options());
                     }
                   }
-                  algo::Job job = algo::scatter(params(mine.numel() * getSize(), root), dtype,
-                                                mine.data_ptr(), blocks, ex.reducer());
+                  algo::Job job = algo::scatter(*a, params(mine.numel() * getSize(), root),
+                                                dtype, mine.data_ptr(), blocks, ex.reducer());
                   return Staged{std::move(job), [out, flats, mine]() mutable {
                                   writeBack(out, mine);
                                 }};
@@ -100,28 +105,29 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& outputSplitSizes,
     std::vector<int64_t>& inputSplitSizes, const c10d::AllToAllOptions& opts) {
   const char* op = "alltoall_base";
-  const DType dtype = checks::tensorDType(op, input, "input");
-  checks::tensorDType(op, output, "output");
-  checks::cpuOnly(op, input, "input");
-  checks::cpuOnly(op, output, "output");
+  at::Tensor out = checks::realView(op, output);
+  at::Tensor in = checks::realView(op, input);
+  const DType dtype = checks::tensorDType(op, in, "input");
+  checks::tensorDType(op, out, "output");
+  checks::cpuOnly(op, in, "input");
+  checks::cpuOnly(op, out, "output");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "ringcoll::", op,
               ": output has dtype ", output.scalar_type(), " but input has dtype ",
               input.scalar_type());
   const std::vector<size_t> sendCounts =
-      checks::splitCounts(op, input, "input", inputSplitSizes, getSize());
+      checks::splitCounts(op, in, "input", inputSplitSizes, getSize());
   const std::vector<size_t> recvCounts =
-      checks::splitCounts(op, output, "output", outputSplitSizes, getSize());
+      checks::splitCounts(op, out, "output", outputSplitSizes, getSize());
   checks::selfBlock(op, sendCounts[getRank()], recvCounts[getRank()], getRank());
-  at::Tensor out = output;
-  at::Tensor in = input;
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kAlltoall, bytesOf(in));
   return launch(c10d::OpType::ALLTOALL_BASE, op, callPrint(algo::Method::kAlltoallBase, dtype, 0),
                 {in}, {out}, bytesOf(in) + bytesOf(out), opTimeout(opts.timeout),
-                [this, out, in, dtype, sendCounts, recvCounts](algo::Executor& ex) {
+                [this, a, out, in, dtype, sendCounts, recvCounts](algo::Executor& ex) {
                   at::Tensor o = flatWorking(out);
                   at::Tensor i = flatWorking(in);
                   if (overlaps(i, o)) i = i.clone();  // in place: send from a copy
                   algo::Job job = algo::alltoall(
-                      params(0), dtype, blocksOf<const void*>(i, sendCounts), sendCounts,
+                      *a, params(0), dtype, blocksOf<const void*>(i, sendCounts), sendCounts,
                       blocksOf<void*>(o, recvCounts), recvCounts, ex.reducer());
                   return Staged{std::move(job), [out, o, i]() mutable { writeBack(out, o); }};
                 });
@@ -136,27 +142,34 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall(std::vector<at::Tensor>
               inputs.size(), " tensors but the group has ", p, " ranks");
   TORCH_CHECK(static_cast<int>(outputs.size()) == p, "ringcoll::", op, ": output list has ",
               outputs.size(), " tensors but the group has ", p, " ranks");
-  const DType dtype = checks::tensorDType(op, inputs[0], "input 0");
+  std::vector<at::Tensor> ins = checks::realViews(op, inputs);
+  std::vector<at::Tensor> outs = checks::realViews(op, outputs);
+  const DType dtype = checks::tensorDType(op, ins[0], "input 0");
   std::vector<size_t> sendCounts, recvCounts;
   for (int j = 0; j < p; ++j) {
-    for (const auto* t : {&inputs[j], &outputs[j]}) {
-      const std::string what = c10::str(t == &inputs[j] ? "input " : "output ", j);
+    for (const auto* t : {&ins[j], &outs[j]}) {
+      const std::string what = c10::str(t == &ins[j] ? "input " : "output ", j);
       checks::tensorDType(op, *t, what.c_str());
       checks::cpuOnly(op, *t, what);
-      TORCH_CHECK(t->scalar_type() == inputs[0].scalar_type(), "ringcoll::", op, ": ", what,
-                  " has dtype ", t->scalar_type(), " but input 0 has dtype ",
+      // Compared as the caller passed them: a complex tensor and a real one of
+      // the same element type are different dtypes.
+      const at::Tensor& given = t == &ins[j] ? inputs[j] : outputs[j];
+      TORCH_CHECK(given.scalar_type() == inputs[0].scalar_type(), "ringcoll::", op, ": ",
+                  what, " has dtype ", given.scalar_type(), " but input 0 has dtype ",
                   inputs[0].scalar_type());
     }
-    sendCounts.push_back(static_cast<size_t>(inputs[j].numel()));
-    recvCounts.push_back(static_cast<size_t>(outputs[j].numel()));
+    sendCounts.push_back(static_cast<size_t>(ins[j].numel()));
+    recvCounts.push_back(static_cast<size_t>(outs[j].numel()));
   }
   checks::selfBlock(op, sendCounts[getRank()], recvCounts[getRank()], getRank());
   size_t bytes = 0;
-  for (int j = 0; j < p; ++j) bytes += bytesOf(inputs[j]) + bytesOf(outputs[j]);
-  std::vector<at::Tensor> ins = inputs, outs = outputs;
+  for (int j = 0; j < p; ++j) bytes += bytesOf(ins[j]) + bytesOf(outs[j]);
+  size_t sent = 0;
+  for (const auto& t : ins) sent += bytesOf(t);
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kAlltoall, sent);
   return launch(c10d::OpType::ALLTOALL, op, callPrint(algo::Method::kAlltoall, dtype, 0), ins,
                 outs, bytes, opTimeout(opts.timeout),
-                [this, ins, outs, dtype, sendCounts, recvCounts](algo::Executor& ex) {
+                [this, a, ins, outs, dtype, sendCounts, recvCounts](algo::Executor& ex) {
                   std::vector<at::Tensor> is, os;
                   std::vector<const void*> sends;
                   std::vector<void*> recvs;
@@ -175,7 +188,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall(std::vector<at::Tensor>
                     is.push_back(f);
                     sends.push_back(f.data_ptr());
                   }
-                  algo::Job job = algo::alltoall(params(0), dtype, sends, sendCounts, recvs,
+                  algo::Job job = algo::alltoall(*a, params(0), dtype, sends, sendCounts, recvs,
                                                  recvCounts, ex.reducer());
                   return Staged{std::move(job), [outs, os, is]() mutable {
                                   for (size_t j = 0; j < outs.size(); ++j) {

@@ -48,6 +48,7 @@
 
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/version.h>
 
 #include "algo/collectives.h"
 #include "algo/executor.h"
@@ -62,6 +63,13 @@
 #include "transport/routed_transport.h"
 #ifdef RINGCOLL_WITH_CUDA
 #include "backend/cuda_path.h"
+#endif
+
+// torch 2.14 added canonical `_single` names for the one-buffer collectives
+// (all_gather_single, ..._coalesced); they and the old names forward to each other,
+// and ringcoll overrides both (api_coalesced.cc).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)
+#define RINGCOLL_C10D_SINGLE_NAMES 1
 #endif
 
 namespace ringcoll {
@@ -87,6 +95,32 @@ class RingcollBackend final : public c10d::Backend {
                                            const c10d::AllreduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  // api_coalesced.cc: several tensors, one packed collective.
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputLists, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+#ifdef RINGCOLL_C10D_SINGLE_NAMES
+  c10::intrusive_ptr<c10d::Work> all_gather_single(at::Tensor& output, at::Tensor& input,
+                                                   const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> all_to_all_single(at::Tensor& output, at::Tensor& input,
+                                                   std::vector<int64_t>& outputSplitSizes,
+                                                   std::vector<int64_t>& inputSplitSizes,
+                                                   const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> all_gather_single_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_single_coalesced(
+      std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::ReduceScatterOptions& opts) override;
+#endif
   c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
                                         const c10d::ReduceOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -139,6 +173,16 @@ class RingcollBackend final : public c10d::Backend {
 
  private:
   struct CpuTask;
+  // api_coalesced.cc: where each tensor lies in a packed block, and the all-gather
+  // both all-gather methods run (`unpack` copies the gathered blocks out).
+  struct Packing;
+  c10::intrusive_ptr<c10d::Work> allgatherPacked(
+      c10d::OpType type, const char* op, algo::Method method, std::vector<at::Tensor> ins,
+      std::vector<at::Tensor> outs, uint32_t layout, std::chrono::milliseconds timeout,
+      std::function<void(const at::Tensor&, const Packing&)> unpack);
+  // allreduce of a sparse COO tensor (SUM only), in place: api_sparse.cc.
+  c10::intrusive_ptr<c10d::Work> sparseAllreduce(at::Tensor& t,
+                                                 const c10d::AllreduceOptions& opts);
   // Runs `body` on the path of the tensors' device: the CPU executor (shared memory
   // and gloo transports, CPU reducer) or the CUDA path (NCCL transport, CUDA
   // kernels, comm stream). `inputs` and `outputs` are the user's tensors; `bytes`,

@@ -27,6 +27,9 @@ bool toDType(at::ScalarType s, DType* out) {
   }
 }
 
+
+}  // namespace
+
 const char* reduceOpName(c10d::ReduceOp::RedOpType t) {
   switch (t) {
     case c10d::ReduceOp::SUM: return "SUM";
@@ -41,7 +44,40 @@ const char* reduceOpName(c10d::ReduceOp::RedOpType t) {
     default: return "UNUSED";
   }
 }
-}  // namespace
+
+at::Tensor realView(const char* op, const at::Tensor& t, const c10d::ReduceOp* reduceOp) {
+  if (!t.defined() || !t.is_complex()) return t;
+  if (reduceOp != nullptr) {
+    const auto type = reduceOp->op_;
+    TORCH_CHECK(type == c10d::ReduceOp::SUM || type == c10d::ReduceOp::AVG ||
+                    type == c10d::ReduceOp::PREMUL_SUM,
+                "ringcoll::", op, ": op ", reduceOpName(type), " is not supported for dtype ",
+                t.scalar_type(), " (complex tensors support SUM, AVG and PREMUL_SUM)");
+  }
+  TORCH_CHECK(t.layout() == at::kStrided, "ringcoll::", op, ": tensor has layout ",
+              t.layout(), "; only dense (strided) tensors are supported");
+  TORCH_CHECK(!t.is_conj(), "ringcoll::", op, ": tensor of dtype ", t.scalar_type(),
+              " is a conjugate view; resolve it first (resolve_conj()), since results "
+              "are written into the tensor's memory");
+  return at::view_as_real(t);
+}
+
+std::vector<at::Tensor> realViews(const char* op, const std::vector<at::Tensor>& ts,
+                                  const c10d::ReduceOp* reduceOp) {
+  std::vector<at::Tensor> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(realView(op, t, reduceOp));
+  return out;
+}
+
+std::vector<std::vector<at::Tensor>> realViews(
+    const char* op, const std::vector<std::vector<at::Tensor>>& lists,
+    const c10d::ReduceOp* reduceOp) {
+  std::vector<std::vector<at::Tensor>> out;
+  out.reserve(lists.size());
+  for (const auto& l : lists) out.push_back(realViews(op, l, reduceOp));
+  return out;
+}
 
 at::Tensor& single(const char* op, std::vector<at::Tensor>& tensors, const char* what) {
   TORCH_CHECK(tensors.size() == 1, "ringcoll::", op, ": expected exactly 1 ", what,

@@ -17,6 +17,25 @@ namespace ringcoll::checks {
 // The single tensor of a c10d tensor list (multi-tensor lists are not supported).
 at::Tensor& single(const char* op, std::vector<at::Tensor>& tensors, const char* what);
 
+// "SUM", "MAX", ...: a c10d reduce op's name for messages.
+const char* reduceOpName(c10d::ReduceOp::RedOpType t);
+
+// Complex tensors travel, and are reduced, as their real view: view_as_real's
+// (..., 2) float or double tensor over the same memory, so results written into it
+// land in the caller's tensor. That is exact for the ops that act on the real and
+// imaginary parts alone (SUM, AVG, PREMUL_SUM with its real factor) and for every
+// collective that only moves data (reduceOp null). MIN, MAX, PRODUCT and the
+// bitwise ops have no such meaning and are an error naming the op and the dtype, as
+// torch's Python layer raises before it reaches a backend. Other tensors are
+// returned as they are.
+at::Tensor realView(const char* op, const at::Tensor& t,
+                    const c10d::ReduceOp* reduceOp = nullptr);
+std::vector<at::Tensor> realViews(const char* op, const std::vector<at::Tensor>& ts,
+                                  const c10d::ReduceOp* reduceOp = nullptr);
+std::vector<std::vector<at::Tensor>> realViews(
+    const char* op, const std::vector<std::vector<at::Tensor>>& lists,
+    const c10d::ReduceOp* reduceOp = nullptr);
+
 // A dense CPU tensor of a supported dtype; returns the dtype.
 DType tensorDType(const char* op, const at::Tensor& t, const char* what);
 

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <new>
 
 #include "reduce/cpu_simd.h"
 #include "reduce/types.h"
@@ -45,6 +47,11 @@ class Reducer {
   // memory, copied at the call) and, when they differ, stop every later kernel and
   // record both (reduce/cuda_reducer.h). The CPU reducer has none of these.
   virtual void* headerSlot(size_t) { return nullptr; }
+  // `bytes` of memory on this reducer's device, 64-byte aligned, for a job's
+  // scratch (algo/schedule.h), freed when the last holder lets go (after the job);
+  // null where the device has none to give yet (CUDA: an algorithm needing scratch
+  // is refused there, algo/collectives.h).
+  virtual std::shared_ptr<void> allocate(size_t) { return nullptr; }
   virtual void writeHeader(void*, const void*, size_t) {}
   virtual void checkHeader(const void*, const void*, size_t, int) {}
 };
@@ -66,6 +73,11 @@ class CpuReducer final : public Reducer {
   void multiply(void* buf, size_t count, DType dtype, double factor) override;
   void copy(void* dst, const void* src, size_t bytes, bool streaming) override;
   size_t streamingBytes() const override;
+  std::shared_ptr<void> allocate(size_t bytes) override {
+    constexpr std::align_val_t kAlign{64};
+    return std::shared_ptr<void>(::operator new(bytes ? bytes : 1, kAlign),
+                                 [](void* q) { ::operator delete(q, kAlign); });
+  }
 
  private:
   SimdLevel level_;

@@ -22,7 +22,8 @@ algorithm, so the result is a pure function of (p, transport, calibration).
 
 from __future__ import annotations
 
-from . import COLLECTIVES, SELECT_NAME, Calibration, predict, providers
+from .. import _C
+from . import COLLECTIVES, SELECT_NAME, Calibration, predict, providers, schedules
 
 # 4 B .. 1 GiB
 GRID = [4 ** k for k in range(1, 16)]
@@ -36,9 +37,20 @@ def _size(b: int) -> str:
     return str(b)
 
 
+def candidates(collective: str, p: int) -> list[str]:
+    """The algorithms auto chooses among: every provider, except, in a build with
+    CUDA, those whose schedules ask for scratch memory (oneshot), which the CUDA
+    path does not provide yet: a group resolved once serves CUDA tensors too."""
+    algos = providers(collective)
+    if not _C.build_info()["cuda"]:
+        return algos
+    return [a for a in algos if not any(s.get("scratch", 0) for s in schedules(
+        a, collective, max(p, 2), max(p, 2) * 4))]
+
+
 def choices(collective: str, p: int, transport: str, cal: Calibration) -> list[tuple]:
     """[(algorithm, lo, hi)] covering every size: hi None for the last."""
-    algos = providers(collective)
+    algos = candidates(collective, p)
     winners = []
     for b in GRID:
         t = {a: predict(a, collective, p, b, transport, cal) for a in algos}
@@ -86,7 +98,7 @@ def resolve(value: str, p: int, transport: str, cal: Calibration) -> str:
     if body == "auto":
         entries = [entry(c, p, transport, cal) for c in AUTO_COLLECTIVES]
         # barrier is an all-reduce of p bytes
-        algos = providers("all_reduce")
+        algos = candidates("all_reduce", p)
         t = {a: predict(a, "all_reduce", p, p, transport, cal) for a in algos}
         entries.append("barrier=" + min(algos, key=lambda a: (t[a], algos.index(a))))
     else:
@@ -106,6 +118,4 @@ def resolve(value: str, p: int, transport: str, cal: Calibration) -> str:
 def select(value: str, collective: str, nbytes: int) -> str:
     """The algorithm a RINGCOLL_ALGO value runs for `collective` (bench name) of
     `nbytes` bytes, by the backend's own parser."""
-    from .. import _C
-
     return _C.select(value, SELECT_NAME[collective], nbytes)[0]
