@@ -423,3 +423,35 @@ def test_disagreeing_split_sizes_raise_on_both_ranks(transport):
         assert r["elapsed"] < 1.0, (rank, r["elapsed"], msg)
         assert r["intact"], f"rank {rank} wrote its output before the error: {msg}"
         assert "unusable after an earlier failure" in r["after"], (rank, r["after"])
+
+
+def _gather_single_rank(rank, p):
+    fails = []
+    for dtype in [torch.float32, torch.int64, torch.bool, torch.complex64]:
+        for n in [0, 1, p + 1, LARGE]:
+            for root in range(p):
+                mine = values(rank, root, n, torch.float32 if dtype.is_complex else dtype)
+                mine = mine.to(dtype)
+                # On the root a stacked [p, n] output (same layout as flat p * n).
+                out = torch.full((p, n), 7).to(dtype) if rank == root else None
+                dist.gather_single(mine, out, group_dst=root)
+                if rank == root:
+                    want = torch.stack([values(r, root, n, torch.float32 if dtype.is_complex
+                                               else dtype).to(dtype) for r in range(p)])
+                    if not torch.equal(out, want):
+                        fails.append(f"gather_single {dtype} n={n} root={root}: {out} != {want}")
+    # A non-contiguous root output is an error naming the op, on the root.
+    if rank == 0:
+        try:
+            dist.gather_single(torch.ones(2), torch.zeros(2, p).t(), group_dst=0)
+            fails.append("non-contiguous output: no error")
+        except (RuntimeError, ValueError) as e:
+            if "contiguous" not in str(e):
+                fails.append(f"non-contiguous output: unclear error {e}")
+    return fails
+
+
+@pytest.mark.skipif(not hasattr(dist, "gather_single"),
+                    reason="gather_single is a torch >= 2.15 API (CI runs it on 2.15.0)")
+def test_gather_single_every_root():
+    mp.run_checks(3, _gather_single_rank, transport="shm")

@@ -63,6 +63,43 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::gather(
                 });
 }
 
+#ifdef RINGCOLL_C10D_GATHER_SINGLE
+// gather into one flat buffer on the root (torch >= 2.15): the root's output, which
+// must be contiguous and hold p x the input's elements, is cut into p views in rank
+// order that gather() fills in place; the other ranks' output is not used (torch
+// passes an empty tensor).
+c10::intrusive_ptr<c10d::Work> RingcollBackend::gather_single(at::Tensor& output,
+                                                              at::Tensor& input,
+                                                              const c10d::GatherOptions& opts) {
+  const char* op = "gather_single";
+  checks::rootInRange(op, opts.rootRank, getSize());
+  std::vector<at::Tensor> inputs{input};
+  std::vector<std::vector<at::Tensor>> outputs;
+  if (opts.rootRank == getRank()) {
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "ringcoll::", op,
+                ": output has dtype ", output.scalar_type(), " but input has dtype ",
+                input.scalar_type());
+    TORCH_CHECK(output.numel() == input.numel() * getSize(), "ringcoll::", op, ": output has ",
+                output.numel(), " elements but must have ", input.numel() * getSize(),
+                " (world size x input numel)");
+    TORCH_CHECK(output.is_contiguous(), "ringcoll::", op,
+                ": the output tensor must be contiguous (it is filled in place, rank by rank)");
+    at::Tensor flat = output.view({-1});
+    std::vector<at::Tensor> blocks;
+    for (int r = 0; r < getSize(); ++r) {
+      blocks.push_back(flat.narrow(0, r * input.numel(), input.numel()));
+    }
+    outputs.push_back(std::move(blocks));
+  }
+  return gather(outputs, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::gather_into_tensor(
+    at::Tensor& output, at::Tensor& input, const c10d::GatherOptions& opts) {
+  return gather_single(output, input, opts);
+}
+#endif
+
 c10::intrusive_ptr<c10d::Work> RingcollBackend::scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ScatterOptions& opts) {
