@@ -15,25 +15,27 @@ def transport(request):
 
 
 
-# Sharding for CI (.ci/run): with RINGCOLL_TEST_SHARD=k/N, a parametrized
+# Sharding for CI (.ci/run): with CI_TEST_SHARD=k/N, a parametrized
 # multi-process test (one in a module using tests.mp: real processes, the bulk of
 # the suite's time) runs only the parameter sets of shard k (0 <= k < N), chosen
 # by a hash of the test id; every other test runs in full. CI runs the whole suite
 # on the newest torch and shards 0/2 and 1/2 on the two older ones, so each torch
 # is built and exercised on every kind of test, and the older two together still
-# cover every parameter set. Left-out tests are reported as deselected.
+# cover every parameter set. Left-out tests are reported as deselected. (Not a
+# RINGCOLL_ name: ringcoll rejects unknown RINGCOLL_ variables, and the test
+# processes inherit this environment.)
 def pytest_collection_modifyitems(config, items):
     import os
     import zlib
 
-    spec = os.environ.get("RINGCOLL_TEST_SHARD", "")
+    spec = os.environ.get("CI_TEST_SHARD", "")
     if not spec:
         return
     try:
         k, n = (int(x) for x in spec.split("/"))
         assert 0 <= k < n
     except (ValueError, AssertionError):
-        raise pytest.UsageError(f"RINGCOLL_TEST_SHARD={spec!r}: expected k/N with 0 <= k < N")
+        raise pytest.UsageError(f"CI_TEST_SHARD={spec!r}: expected k/N with 0 <= k < N")
     keep, drop = [], []
     for item in items:
         sharded = (getattr(item, "callspec", None) is not None
