@@ -18,10 +18,9 @@ def transport(request):
 # Sharding for CI (.ci/run): with CI_TEST_SHARD=k/N, a parametrized
 # multi-process test (one in a module using tests.mp: real processes, the bulk of
 # the suite's time) runs only the parameter sets of shard k (0 <= k < N), chosen
-# by a hash of the test id; every other test runs in full. CI runs the whole suite
-# on the newest torch and shards 0/2 and 1/2 on the two older ones, so each torch
-# is built and exercised on every kind of test, and the older two together still
-# cover every parameter set. Left-out tests are reported as deselected. (Not a
+# by a hash of the test id; every other test runs in full. CI runs shards 0/3, 1/3
+# and 2/3 on its three torches, so each torch is exercised on every kind of test
+# and together they run every parameter set once. Left-out tests are reported as deselected. (Not a
 # RINGCOLL_ name: ringcoll rejects unknown RINGCOLL_ variables, and the test
 # processes inherit this environment.)
 def pytest_collection_modifyitems(config, items):
