@@ -452,6 +452,6 @@ def _gather_single_rank(rank, p):
 
 
 @pytest.mark.skipif(not hasattr(dist, "gather_single"),
-                    reason="gather_single is a torch >= 2.15 API (CI runs it on 2.15.0)")
+                    reason="gather_single is a torch >= 2.14 API (CI runs it on 2.14.1 and 2.15.0)")
 def test_gather_single_every_root():
     mp.run_checks(3, _gather_single_rank, transport="shm")

@@ -63,8 +63,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::gather(
                 });
 }
 
-#ifdef RINGCOLL_C10D_GATHER_SINGLE
-// gather into one flat buffer on the root (torch >= 2.15): the root's output, which
+#ifdef RINGCOLL_C10D_SINGLE_NAMES
+// gather into one flat buffer on the root (torch >= 2.14): the root's output, which
 // must be contiguous and hold p x the input's elements, is cut into p views in rank
 // order that gather() fills in place; the other ranks' output is not used (torch
 // passes an empty tensor).

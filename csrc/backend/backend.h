@@ -66,15 +66,10 @@
 #endif
 
 // torch 2.14 added canonical `_single` names for the one-buffer collectives
-// (all_gather_single, ..._coalesced); they and the old names forward to each other,
-// and ringcoll overrides both (api_coalesced.cc).
+// (all_gather_single, ..._coalesced, gather_single); they and the old names forward
+// to each other, and ringcoll overrides both (api_coalesced.cc, api_exchange.cc).
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 14)
 #define RINGCOLL_C10D_SINGLE_NAMES 1
-#endif
-// torch 2.15 added gather_single (and its alias gather_into_tensor): a gather into
-// one flat buffer on the root (api_exchange.cc).
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
-#define RINGCOLL_C10D_GATHER_SINGLE 1
 #endif
 
 namespace ringcoll {
@@ -143,7 +138,7 @@ class RingcollBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs,
                                         const c10d::GatherOptions& opts) override;
-#ifdef RINGCOLL_C10D_GATHER_SINGLE
+#ifdef RINGCOLL_C10D_SINGLE_NAMES  // gather_single too (a gather into one flat buffer)
   c10::intrusive_ptr<c10d::Work> gather_single(at::Tensor& output, at::Tensor& input,
                                                const c10d::GatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> gather_into_tensor(at::Tensor& output, at::Tensor& input,

@@ -48,9 +48,16 @@ void P2PEngine::post(Request r) {
       return;
     }
   }
-  complete(std::move(op), stopping == 1 + static_cast<int>(Stop::kAbort)
-                              ? "the process group was aborted"
-                              : "the process group was shut down");
+  const std::string why = stoppedWhile(stopping == 1 + static_cast<int>(Stop::kAbort)
+                                           ? Stop::kAbort : Stop::kShutdown) + op->describe();
+  complete(std::move(op), why);
+}
+
+// The start of the error of a request that a stop ends; describe() completes it.
+std::string P2PEngine::stoppedWhile(Stop how) {
+  return how == Stop::kAbort
+             ? "aborted (ProcessGroup abort() was called) while "
+             : "the process group was shut down (destroy_process_group) while ";
 }
 
 void P2PEngine::stop(Stop how) {
@@ -68,7 +75,12 @@ void P2PEngine::stop(Stop how) {
     stopped_ = true;
     late.swap(inbox_);
   }
-  for (auto& op : late) complete(std::move(op), "the process group was stopped");
+  // Posted after the thread's last look: they end as the stop's kind says, as the
+  // requests the thread held did.
+  for (auto& op : late) {
+    const std::string why = stoppedWhile(how) + op->describe();
+    complete(std::move(op), why);
+  }
   transport_.reset();
 }
 
@@ -108,13 +120,13 @@ void P2PEngine::loop() {
         stopping = stopping_;
       }
       if (stopping == 1 + static_cast<int>(Stop::kAbort)) {
-        failAll("aborted (ProcessGroup abort() was called) while ");
+        failAll(stoppedWhile(Stop::kAbort));
         return;
       }
       if (stopping != 0) {
         if (!pending()) return;
         if (now - lastMove_ >= kShutdownGrace) {
-          failAll("the process group was shut down (destroy_process_group) while ");
+          failAll(stoppedWhile(Stop::kShutdown));
           return;
         }
       }

@@ -136,6 +136,8 @@ class P2PEngine {
   void failPeer(int q, const std::string& why, bool timedOut);
   // Fails every request in flight with `whilePrefix` + what it was doing.
   void failAll(const std::string& whilePrefix);
+  // "aborted (...) while " / "the process group was shut down (...) while ".
+  static std::string stoppedWhile(Stop how);
   bool anySourceHopeless() const;
   // Completes `op` (error empty: success); `memoryInUse`: the transport may still
   // touch its buffer, so the request (and what its closure keeps alive) is kept.
