@@ -132,3 +132,12 @@ def check_same(failures, what, got, want, gloo_out=None):
                         f"got {got.flatten()[:8].tolist()} want {want.flatten()[:8].tolist()}")
     if gloo_out is not None and not same(gloo_out, want):
         failures.append(f"{what}: gloo differs from the expected values (bad test)")
+
+
+def error_text(fn):
+    """The message fn() raises, or "no error" (argument-error tests check it)."""
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the message is checked
+        return str(e)
+    return "no error"

@@ -26,8 +26,8 @@ import torch.distributed as dist
 
 import ringcoll
 from tests import mp
-from tests.cases import (DTYPES, OPS, check_same, gloo_or_none, make_input, op_valid, reduce_op,
-                         reference)
+from tests.cases import (DTYPES, OPS, check_same, error_text, gloo_or_none, make_input,
+                         op_valid, reduce_op, reference)
 
 SUBSET = [torch.float32, torch.float16, torch.int32, torch.bool]
 LARGE = 1000
@@ -251,34 +251,26 @@ def test_large_coalesced(transport):
 
 # Argument errors: both ranks of a world of two make the same mistake, so each
 # raises on its calling thread before anything is sent and the group still works.
-def _raises(fn):
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - the message is checked
-        return str(e)
-    return "no error"
-
-
 def bad_args(rank, p):
     pg = _pg()
     f32, i32, f64 = torch.float32, torch.int32, torch.float64
     out = {
-        "ag_dtype": _raises(lambda: pg.allgather_into_tensor_coalesced(
+        "ag_dtype": error_text(lambda: pg.allgather_into_tensor_coalesced(
             [torch.zeros(4), torch.zeros(2, dtype=i32)], [torch.zeros(2), torch.zeros(1)])),
-        "ag_numel": _raises(lambda: pg.allgather_into_tensor_coalesced(
+        "ag_numel": error_text(lambda: pg.allgather_into_tensor_coalesced(
             [torch.zeros(5)], [torch.zeros(3)])),
-        "ag_count": _raises(lambda: pg.allgather_into_tensor_coalesced(
+        "ag_count": error_text(lambda: pg.allgather_into_tensor_coalesced(
             [torch.zeros(2)], [torch.zeros(1), torch.zeros(1)])),
-        "agc_lists": _raises(lambda: pg.allgather_coalesced(
+        "agc_lists": error_text(lambda: pg.allgather_coalesced(
             [[torch.zeros(1)]], [torch.zeros(1)])),
-        "agc_numel": _raises(lambda: pg.allgather_coalesced(
+        "agc_numel": error_text(lambda: pg.allgather_coalesced(
             [[torch.zeros(2)], [torch.zeros(3)]], [torch.zeros(2)])),
-        "rs_mixed": _raises(lambda: pg.reduce_scatter_tensor_coalesced(
+        "rs_mixed": error_text(lambda: pg.reduce_scatter_tensor_coalesced(
             [torch.zeros(1), torch.zeros(1, dtype=f64)],
             [torch.zeros(2, dtype=f32), torch.zeros(2, dtype=f64)])),
-        "rs_numel": _raises(lambda: pg.reduce_scatter_tensor_coalesced(
+        "rs_numel": error_text(lambda: pg.reduce_scatter_tensor_coalesced(
             [torch.zeros(2)], [torch.zeros(3)])),
-        "rs_op": _raises(lambda: pg.reduce_scatter_tensor_coalesced(
+        "rs_op": error_text(lambda: pg.reduce_scatter_tensor_coalesced(
             [torch.zeros(1)], [torch.zeros(2)], _rs_opts(dist.ReduceOp.BAND))),
     }
     t = torch.ones(1)
@@ -321,7 +313,7 @@ def disagreeing_lists(rank, p):
     outs = [torch.full((2 * n,), -1.0) for n in sizes]
     dist.barrier(group=mp.GLOO)
     t0 = time.monotonic()
-    msg = _raises(lambda: _pg().allgather_into_tensor_coalesced(outs, ins).wait())
+    msg = error_text(lambda: _pg().allgather_into_tensor_coalesced(outs, ins).wait())
     elapsed = time.monotonic() - t0
     return {"msg": msg, "elapsed": elapsed, "intact": all(bool((o == -1).all()) for o in outs)}
 

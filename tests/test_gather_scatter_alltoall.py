@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 import ringcoll
 from tests import mp
-from tests.cases import DTYPES, check_same, gloo_or_none, same
+from tests.cases import DTYPES, check_same, error_text, gloo_or_none, same
 
 SUBSET = [torch.float32, torch.float16, torch.int32, torch.bool]
 LARGE = 1000
@@ -327,22 +327,14 @@ def test_large_blocks(transport):
 # message that starts with the op and names both values. Root-side mistakes run in
 # a world of one (a second rank would wait for the root); all-to-all mistakes are
 # made by both ranks of a world of two.
-def _raises(fn):
-    try:
-        fn()
-    except Exception as e:  # noqa: BLE001 - the message is checked
-        return str(e)
-    return "no error"
-
-
 def bad_root_args(rank, p):
     f32, i32 = torch.float32, torch.int32
     return {
-        "gather_list_length": _raises(lambda: dist.gather(
+        "gather_list_length": error_text(lambda: dist.gather(
             torch.ones(2), [torch.ones(2), torch.ones(2)], dst=0)),
-        "gather_numel": _raises(lambda: dist.gather(torch.ones(2), [torch.ones(3)], dst=0)),
-        "scatter_numel": _raises(lambda: dist.scatter(torch.ones(2), [torch.ones(5)], src=0)),
-        "scatter_dtype": _raises(lambda: dist.scatter(
+        "gather_numel": error_text(lambda: dist.gather(torch.ones(2), [torch.ones(3)], dst=0)),
+        "scatter_numel": error_text(lambda: dist.scatter(torch.ones(2), [torch.ones(5)], src=0)),
+        "scatter_dtype": error_text(lambda: dist.scatter(
             torch.ones(2, dtype=f32), [torch.ones(2, dtype=i32)], src=0)),
     }
 
@@ -361,16 +353,16 @@ def test_bad_root_arguments():
 
 def bad_alltoall_args(rank, p):
     out = {
-        "split_sum": _raises(lambda: dist.all_to_all_single(
+        "split_sum": error_text(lambda: dist.all_to_all_single(
             torch.zeros(4), torch.zeros(4), [2, 2], [1, 2])),
-        "split_count": _raises(lambda: dist.all_to_all_single(
+        "split_count": error_text(lambda: dist.all_to_all_single(
             torch.zeros(4), torch.zeros(4), [2, 2], [1, 1, 2])),
-        "equal_rows": _raises(lambda: dist.all_to_all_single(torch.zeros(4), torch.zeros(5))),
-        "self_block": _raises(lambda: dist.all_to_all_single(
+        "equal_rows": error_text(lambda: dist.all_to_all_single(torch.zeros(4), torch.zeros(5))),
+        "self_block": error_text(lambda: dist.all_to_all_single(
             torch.zeros(5), torch.zeros(4), [3, 2] if rank == 0 else [2, 3], [2, 2])),
-        "list_length": _raises(lambda: dist.all_to_all(
+        "list_length": error_text(lambda: dist.all_to_all(
             [torch.zeros(1)] * 3, [torch.zeros(1)] * 2)),
-        "list_self": _raises(lambda: dist.all_to_all(
+        "list_self": error_text(lambda: dist.all_to_all(
             [torch.zeros(2), torch.zeros(2)], [torch.zeros(1), torch.zeros(1)])),
     }
     dist.barrier()  # the group still works: nothing was sent
@@ -405,9 +397,9 @@ def disagreeing_splits(rank, p):
     out = torch.full((4,), -1.0)
     dist.barrier(group=mp.GLOO)
     t0 = time.monotonic()
-    msg = _raises(lambda: dist.all_to_all_single(out, inp, out_splits, in_splits))
+    msg = error_text(lambda: dist.all_to_all_single(out, inp, out_splits, in_splits))
     elapsed = time.monotonic() - t0
-    after = _raises(lambda: dist.all_reduce(torch.ones(1)))
+    after = error_text(lambda: dist.all_reduce(torch.ones(1)))
     return {"msg": msg, "elapsed": elapsed, "intact": bool((out == -1).all()), "after": after}
 
 
@@ -448,6 +440,12 @@ def _gather_single_rank(rank, p):
         except (RuntimeError, ValueError) as e:
             if "contiguous" not in str(e):
                 fails.append(f"non-contiguous output: unclear error {e}")
+        try:
+            dist.gather_single(torch.ones(2), torch.zeros(2 * p + 1), group_dst=0)
+            fails.append("output of the wrong size: no error")
+        except (RuntimeError, ValueError) as e:
+            if "elements" not in str(e) or str(2 * p + 1) not in str(e):
+                fails.append(f"output of the wrong size: unclear error {e}")
     return fails
 
 

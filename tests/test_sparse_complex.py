@@ -233,6 +233,13 @@ def _complex_rank(rank, p, dtype):
         check(f"reduce_scatter_tensor_coalesced n={n}", outs[0] * 2, outs[1])
         check(f"reduce_scatter_tensor_coalesced n={n}", outs[0],
               total[rank * n:(rank + 1) * n])
+    # A conjugate view cannot take results in place: an error naming the op.
+    try:
+        be.allreduce([_cvalues(rank, 4).to(dtype).conj()]).wait()
+        fails.append(f"{dtype} allreduce of a conj view: no error")
+    except RuntimeError as e:
+        if "ringcoll::allreduce" not in str(e) or "conjugate view" not in str(e):
+            fails.append(f"{dtype} allreduce of a conj view: unclear error {e}")
     # Ops with no complex meaning: an error on every rank, nothing sent.
     for op in [dist.ReduceOp.MIN, dist.ReduceOp.MAX, dist.ReduceOp.PRODUCT]:
         opts = dist.AllreduceOptions()
