@@ -217,7 +217,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter_tensor_coalesced(
   const algo::Algorithm* a = algorithm(op, algo::Collective::kReduceScatter, bytes);
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   return launch(
-      c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED, op, fp, ins, outs, bytes,
+      RINGCOLL_OP_REDUCE_SCATTER_TENSOR_COALESCED, op, fp, ins, outs, bytes,
       opTimeout(opts.timeout),
       [this, a, ins, outs, packing, p, dtype, red](algo::Executor& ex) {
         // Block r of the working buffer: block r of every input, in list order.
