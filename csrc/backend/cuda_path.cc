@@ -210,8 +210,19 @@ CudaPath::~CudaPath() {
   lock.unlock();
   cv_.notify_all();
   watchdog_.join();
-  // Abort before freeing device memory: cudaFree waits for the device, and an NCCL
-  // kernel waiting for a dead peer only exits once its communicator is aborted.
+  // End the communicator before freeing device memory: cudaFree waits for the
+  // device. Without a failure, in order first (finalize: a peer still receiving this
+  // rank's last sends gets them, instead of "remote process exited"), bounded by
+  // kShutdownGrace; after a failure, or past that, abort: an NCCL kernel waiting for
+  // a dead peer only exits once its communicator is aborted.
+  {
+    auto lk = comm_->lock();
+    if (broken_.empty()) {
+      comm_->finalize(kShutdownGrace);
+    } else {
+      comm_->abort();
+    }
+  }
   comm_.reset();
   executor_.reset();
   transport_.reset();
@@ -309,6 +320,14 @@ std::string CudaPath::mismatchText() {
 }
 
 void CudaPath::failAll(const std::string& why, bool report, bool teardown) {
+  // (0) work the device finished before anything was stopped succeeded: a failure
+  // seen by a later launch (or between two watchdog looks) is not its failure. The
+  // comm stream runs in order, so the finished ones are a prefix.
+  while (!pending_.empty() && cudaEventQuery(pending_.front()->endEvent()) == cudaSuccess &&
+         !reducer_->kernelsStopped()) {
+    pending_.front()->markSucceeded();
+    pending_.pop_front();
+  }
   // (1) every outstanding Work fails, before (2)-(3) can let its event complete.
   for (auto& w : pending_) w->fail(why);
   pending_.clear();

@@ -67,8 +67,10 @@ class CudaPath {
   CudaPath(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
            std::chrono::milliseconds timeout, const Knobs& knobs, c10::DeviceIndex device,
            algo::Tracer* tracer = nullptr);
-  // Lets outstanding work finish for up to kShutdownGrace, then aborts the
-  // communicator (never waits on a dead peer).
+  // Lets outstanding work finish for up to kShutdownGrace; then, without a failure,
+  // finalizes the communicator (its last sends reach their peers) for at most
+  // kShutdownGrace, and otherwise (or past that) aborts it: never waits on a dead
+  // peer.
   ~CudaPath();
 
   c10::DeviceIndex device() const { return device_; }

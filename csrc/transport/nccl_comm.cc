@@ -63,6 +63,27 @@ void NcclComm::waitReady(const std::string& what, int peer) {
   }
 }
 
+bool NcclComm::finalize(std::chrono::milliseconds limit) {
+  if (aborted_.load() || comm_ == nullptr) return false;
+  ncclResult_t r = ncclCommFinalize(comm_);
+  const auto deadline = Clock::now() + limit;
+  auto pause = std::chrono::microseconds(10);
+  while (r == ncclSuccess || r == ncclInProgress) {
+    r = asyncError();  // non-blocking: ncclInProgress until the flush is done
+    if (r != ncclInProgress || Clock::now() > deadline) break;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+  }
+  if (r != ncclSuccess) {
+    abort();
+    return false;
+  }
+  ncclCommDestroy(comm_);  // local resources only, after a finalize: does not block
+  aborted_.store(true);    // nothing may call it any more
+  comm_ = nullptr;
+  return true;
+}
+
 void NcclComm::abort() {
   if (aborted_.exchange(true) || comm_ == nullptr) return;
   // ncclCommAbort returns once the communicator's resources are gone; it does not

@@ -43,6 +43,11 @@ class NcclComm {
   ncclResult_t asyncError();
   // Under lock(): aborts (idempotent); kernels stuck in NCCL then exit.
   void abort();
+  // Under lock(): the orderly end (ncclCommFinalize, then ncclCommDestroy): what
+  // this rank already enqueued is flushed, so a peer still receiving from it gets
+  // its data rather than a closed connection. At most `limit`; past it, or on an
+  // error, it aborts instead. Returns whether it ended in order. Idempotent.
+  bool finalize(std::chrono::milliseconds limit);
   bool aborted() const { return aborted_.load(); }
   std::chrono::milliseconds limit() const { return limit_; }
 
