@@ -359,3 +359,30 @@ def test_scale_multiply_integer(dtype, factor):
     got = _C.cpu_scale(x, "multiply", factor)
     want = torch.trunc(x.double() * factor).to(dtype)
     assert_same(got, want, f"{name(dtype)} * {factor}")
+
+
+def test_nccl_avg_emulation_within_the_gpu_tolerance():
+    """The bound test_gpu.py allows between ringcoll's AVG (sum, then one division)
+    and NCCL's (each input times 1/p in the dtype, then summed in the dtype), checked
+    on the CPU by emulating NCCL's arithmetic for every order of the sum."""
+    import itertools
+
+    from tests.test_gpu import avg_tolerance_ulps
+
+    for p in (2, 3, 4, 5):
+        for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+            gen = torch.Generator().manual_seed(p)
+            xs = [torch.randint(0, 32, (4099,), generator=gen).to(dtype) for _ in range(p)]
+            total = sum(x.to(torch.float64) for x in xs)
+            acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+            ring = (total.to(acc) / p).to(dtype)
+            scale = torch.tensor(1.0 / p, dtype=dtype)
+            terms = [(x * scale).to(dtype) for x in xs]
+            for order in itertools.permutations(range(p)):
+                nccl = terms[order[0]]
+                for k in order[1:]:
+                    nccl = (nccl + terms[k]).to(dtype)
+                big = torch.maximum(ring.abs(), nccl.abs())
+                ulp = torch.nextafter(big, torch.full_like(big, float("inf"))) - big
+                worst = float(((ring - nccl).abs() / ulp).max())
+                assert worst <= avg_tolerance_ulps(p), (p, dtype, order, worst)

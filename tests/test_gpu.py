@@ -7,7 +7,7 @@
   equally offset (head/pack/tail) and differently offset (the unaligned fallback);
 * multi-rank part (>= 1 GPU): every collective x dtype x op x size (0, 1, p-1, p+1,
   large, 64 MiB) against the exact reference and stock NCCL on the same ranks, AVG
-  against NCCL within one unit in the last place, async ops on a side stream, DDP,
+  against NCCL within avg_tolerance_ulps(p), async ops on a side stream, DDP,
   and failures (a late rank, a killed rank) in both error-handling modes. With one
   GPU the worlds are 2, 3 and 4 ranks sharing it (ringcoll/gpu.py: a per-rank
   NCCL_HOSTID puts NCCL, under both backends, on its socket transport over
@@ -38,6 +38,10 @@ pytestmark = pytest.mark.skipif(
 WORLDS = [2, 3, 4] if NGPU == 1 else [min(NGPU, 8)] if NGPU else []
 
 KERNEL_OPS = ["sum", "product", "min", "max", "band", "bor", "bxor"]
+# The dtypes ProcessGroupNCCL reduces (its ncclDataType map; bool is left out here too,
+# since ringcoll's bool SUM is OR and NCCL's is a uint8 sum).
+NCCL_DTYPES = {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
+               torch.uint8, torch.int32, torch.int64}
 FLOATS = {torch.float32, torch.float64, torch.float16, torch.bfloat16}
 
 
@@ -168,13 +172,33 @@ def test_world_of_one_cuda_path():
 
 # ---------------------------------------------------------------- multi-rank part
 
-def gpu_world(p, fn, *args, timeout=600, env=None, **kwargs):
-    """mp.run_world on GPUs: with fewer GPUs than ranks, the ranks share them."""
+def _then_leave_together(rank, p, fn, *args):
+    """fn, then every rank waits until all ranks' device work is done before any
+    exits. A rank that exits while a peer still receives from it takes its NCCL
+    proxy (and the data that proxy had yet to put on the socket) with it, and the
+    peer's collective fails with "remote process exited" (seen on the 2026-11-23
+    run: DDP at p = 3 and 4, in turn)."""
+    import time
+
+    out = fn(rank, p, *args)
+    torch.cuda.synchronize()
+    store = dist.distributed_c10d._get_default_store()
+    store.add("gpu_world/done", 1)
+    while store.add("gpu_world/done", 0) < p:  # bounded by run_world's timeout
+        time.sleep(0.01)
+    return out
+
+
+def gpu_world(p, fn, *args, timeout=600, env=None, together=True, **kwargs):
+    """mp.run_world on GPUs: with fewer GPUs than ranks, the ranks share them.
+    together=False for the failure tests, whose ranks die or leave on purpose."""
     rank_env = None
     if p > NGPU:
         from ringcoll.gpu import share_gpu_env
         per_rank = [share_gpu_env(r) for r in range(p)]
         rank_env = {k: [e[k] for e in per_rank] for k in per_rank[0]}
+    if together:
+        fn, args = _then_leave_together, (fn, *args)
     return mp.run_world(p, fn, *args, timeout=timeout, env=env, rank_env=rank_env, **kwargs)
 
 
@@ -205,8 +229,9 @@ def gpu_matrix(rank, p):
                 x = inputs[rank].cuda()
                 dist.all_reduce(x, op=cases.reduce_op(op))
                 check(same(x.cpu(), want), f"all_reduce {dtype} {op} n={n}")
-                if dtype != torch.bool and op not in ("BAND", "BOR", "BXOR"):
-                    # NCCL has no bool and no bitwise ops
+                if dtype in NCCL_DTYPES and op not in ("BAND", "BOR", "BXOR"):
+                    # NCCL has no bitwise ops, and ProcessGroupNCCL no int16 (it
+                    # raises "Unsupported data type": the 2026-11-23 run)
                     y = inputs[rank].cuda()
                     dist.all_reduce(y, op=cases.reduce_op(op), group=nccl)
                     check(same(y.cpu(), want), f"nccl disagrees with the reference: "
@@ -273,36 +298,53 @@ def test_gpu_collectives_vs_nccl(p):
     assert not failures, f"{len(failures)} of {checks} checks failed:\n" + "\n".join(failures[:40])
 
 
+def avg_tolerance_ulps(p):
+    """How far NCCL's AVG may be from the correctly rounded average, in units in the
+    last place of the larger of the two: NCCL pre-multiplies each input by 1/p (p
+    roundings, and 1/p itself rounded) and sums (p - 1 roundings). An emulation of
+    that arithmetic on non-negative small integers (all orders of the sum) gave at
+    most 2 ulps at p = 3 and 5, 3 at p = 6 and 7: p - 1 covers them. (With inputs of
+    both signs there is no such bound: where the exact average is near 0, NCCL's
+    result is off by the rounding of the large terms, thousands of its ulps; the
+    first GPU run of this test used such inputs and failed at p = 3.)"""
+    return 0 if p & (p - 1) == 0 else p - 1
+
+
 def gpu_avg(rank, p):
-    """AVG on floats against NCCL. NCCL pre-multiplies each input by 1/p and sums;
-    ringcoll sums then divides once. The sums here are exact (small integers), so
-    with p a power of two both are exact and must agree bit for bit; otherwise each
-    element may differ by one unit in the last place (NCCL's roundings of x/p)."""
+    """AVG on floats: ringcoll sums (exactly: integers in [0, 32), so every partial
+    sum of up to 8 ranks is below 256, exact even in bfloat16) then divides once, so it must equal the correctly rounded average bit for bit
+    (16-bit types divide in float, then round: the same here). NCCL must agree with
+    it within avg_tolerance_ulps(p): bit for bit when p is a power of two (1/p is
+    exact and so is every partial sum)."""
     _set_device(rank)
     nccl = dist.new_group(backend="nccl")
     f = []
+    tol = avg_tolerance_ulps(p)
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
         for n in (1, p + 1, 4099):
-            gen = torch.Generator().manual_seed(17 * rank + n)
-            x = torch.randint(-50, 50, (n,), generator=gen).to(dtype).cuda()
+            inputs = [torch.randint(0, 32, (n,), generator=torch.Generator().manual_seed(
+                17 * r + n)).to(dtype) for r in range(p)]
+            total = sum(t.to(torch.float64) for t in inputs)  # exact
+            acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+            want = (total.to(acc) / p).to(dtype)
+            x = inputs[rank].cuda()
             y = x.clone()
             dist.all_reduce(x, op=dist.ReduceOp.AVG)
             dist.all_reduce(y, op=dist.ReduceOp.AVG, group=nccl)
-            if p & (p - 1) == 0:
-                if not torch.equal(x, y):
-                    f.append(f"{dtype} n={n}: differs from NCCL with p={p}")
-                continue
-            ulp = (torch.nextafter(y, torch.full_like(y, float("inf"))) - y).abs()
-            bad = (x - y).abs() > ulp
+            if not torch.equal(x.cpu(), want):
+                f.append(f"{dtype} n={n}: ringcoll is not the correctly rounded average")
+            big = torch.maximum(x.abs(), y.abs())
+            ulp = torch.nextafter(big, torch.full_like(big, float("inf"))) - big
+            bad = (x - y).abs() > tol * ulp
             if bad.any():
                 i = int(bad.nonzero()[0])
-                f.append(f"{dtype} n={n}: {int(bad.sum())} elements > 1 ulp from NCCL, "
-                         f"first [{i}] {x[i].item()} vs {y[i].item()}")
+                f.append(f"{dtype} n={n}: {int(bad.sum())} elements > {tol} ulp from NCCL "
+                         f"(p={p}), first [{i}] {x[i].item()} vs {y[i].item()}")
     return f
 
 
 @pytest.mark.parametrize("p", WORLDS)
-def test_gpu_avg_within_one_ulp_of_nccl(p):
+def test_gpu_avg_against_nccl(p):
     for r, f in enumerate(gpu_world(p, gpu_avg)):
         assert not f, f"rank {r}:\n" + "\n".join(f)
 
@@ -372,7 +414,14 @@ def gpu_peer_failure(rank, p, mode, what, stderr_path):
     x = torch.full((1 << 20,), float(rank + 1), device="cuda")
     dist.all_reduce(x)  # the communicator is up; x = 3
     torch.cuda.synchronize()
+    # Rank 1 fails only once rank 0's first collective finished on its device: a peer
+    # that dies while #1 is still running there fails #1, rightly, and the test is
+    # about #2.
+    store = dist.distributed_c10d._get_default_store()
+    if rank == 0:
+        store.set("first_done", "1")
     if rank == 1:
+        store.wait(["first_done"])
         if what == "killed":
             os.kill(os.getpid(), signal.SIGKILL)
         time.sleep(PG_TIMEOUT_S + 6)  # late: rank 0 gave up long ago
@@ -411,12 +460,12 @@ def test_gpu_peer_failure_surfaces_in_the_collective(mode, what, tmp_path):
     t0 = time.monotonic()
     res = gpu_world(2, gpu_peer_failure, mode, what, stderr_path, env=_fail_env(mode),
                     pg_timeout_s=PG_TIMEOUT_S, may_exit=(0, 1) if mode == "teardown" else (1,),
-                    timeout=120)
+                    timeout=120, together=False)
     if mode == "teardown":
         assert res[0] is None, f"rank 0 should have been ended, returned {res[0]}"
         text = open(stderr_path).read()
         print(f"[{mode}/{what}] rank 0 stderr:\n{text.strip()}")
-        assert "ringcoll::all_reduce #2 (rank 0 of 2)" in text, text
+        assert "ringcoll::allreduce #2 (rank 0 of 2)" in text, text
         assert "rank 1" in text and "RINGCOLL_ASYNC_ERROR_HANDLING=teardown" in text, text
         assert time.monotonic() - t0 < 100
         return
@@ -424,7 +473,7 @@ def test_gpu_peer_failure_surfaces_in_the_collective(mode, what, tmp_path):
     print(f"[{mode}/{what}] rank 0 after {r0['elapsed']:.2f} s: {r0['err']}")
     assert r0["err"] is not None, "the failed collective raised nothing"
     assert "DistBackendError" in r0["err"], r0["err"]
-    assert "all_reduce #2 (rank 0 of 2)" in r0["err"], r0["err"]
+    assert "ringcoll::allreduce #2 (rank 0 of 2)" in r0["err"], r0["err"]
     assert "rank 1" in r0["err"], r0["err"]
     if what == "late":
         assert "Timed out after 4000 ms" in r0["err"], r0["err"]
@@ -450,7 +499,8 @@ def gpu_init_late(rank, p):
 
 
 def test_gpu_init_times_out():
-    r0 = gpu_world(2, gpu_init_late, pg_timeout_s=PG_TIMEOUT_S, may_exit=(1,), timeout=120)[0]
+    r0 = gpu_world(2, gpu_init_late, pg_timeout_s=PG_TIMEOUT_S, may_exit=(1,), timeout=120,
+                   together=False)[0]
     print(f"[init] rank 0 after {r0['elapsed']:.2f} s: {r0['err']}")
     assert r0["err"] and "Timed out after 4000 ms creating the NCCL communicator" in r0["err"], r0
     assert r0["elapsed"] < PG_TIMEOUT_S + 2, r0
@@ -489,7 +539,7 @@ def test_gpu_fingerprint_mismatch(kind):
     (Receives that land in place, the all-gather phase's, are already enqueued when
     the check runs: on the GPU the tensor is not guaranteed untouched, only never
     reduced with a disagreeing peer's data and never returned without an error.)"""
-    res = gpu_world(2, gpu_mismatch, kind,
+    res = gpu_world(2, gpu_mismatch, kind, together=False,
                     env={"RINGCOLL_BLOCKING_WAIT": "1", "RINGCOLL_GPU_FINGERPRINT": "1"},
                     pg_timeout_s=PG_TIMEOUT_S, timeout=120)
     for r, out in enumerate(res):
@@ -502,7 +552,8 @@ def test_gpu_fingerprint_mismatch(kind):
             # it and the check never runs: then the group's timeout ends it.
             assert out["elapsed"] < PG_TIMEOUT_S + 2, out
             continue
-        assert "rank 0 called all_reduce" in out["err"] and "rank 1 called all_reduce" in out["err"], out
+        for r2 in (0, 1):
+            assert f"rank {r2} called allreduce" in out["err"], out
         assert out["elapsed"] < 1.5, out
 
 
@@ -532,7 +583,7 @@ def gpu_abort(rank, p):
 
 def test_gpu_abort_releases_a_stuck_collective():
     r0 = gpu_world(2, gpu_abort, env={"RINGCOLL_ASYNC_ERROR_HANDLING": "raise"},
-                   pg_timeout_s=PG_TIMEOUT_S, may_exit=(1,), timeout=120)[0]
+                   pg_timeout_s=PG_TIMEOUT_S, may_exit=(1,), timeout=120, together=False)[0]
     print(f"[abort] {r0}")
     assert r0["abort_s"] < 2.5, r0
     assert r0["err"] and "aborted" in r0["err"], r0
