@@ -258,3 +258,17 @@ def test_end_to_end_tiny(tmp_path, capsys):
     assert all(m["wrong"] == 0 and m["calls"] >= 2 * 3 and len(m["runs_us"]) == 2 for m in ms)
     assert all(m["time_min_us"] <= m["time_us"] <= m["time_max_us"] for m in ms)
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_share_gpu_env(monkeypatch):
+    """The one-GPU mode's environment: a host id per rank, NCCL on sockets, and the
+    512 KiB point-to-point chunk unless the caller chose one."""
+    from ringcoll.gpu import share_gpu_env
+
+    monkeypatch.delenv("NCCL_P2P_NET_CHUNKSIZE", raising=False)
+    a, b = share_gpu_env(0), share_gpu_env(1)
+    assert a["NCCL_HOSTID"] != b["NCCL_HOSTID"]
+    assert a["NCCL_NET"] == "Socket" and a["NCCL_P2P_DISABLE"] == "1"
+    assert a["NCCL_P2P_NET_CHUNKSIZE"] == "524288"
+    monkeypatch.setenv("NCCL_P2P_NET_CHUNKSIZE", "131072")
+    assert "NCCL_P2P_NET_CHUNKSIZE" not in share_gpu_env(0)  # the caller's value stays
