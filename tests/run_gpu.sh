@@ -6,6 +6,11 @@
 #
 #   bash tests/run_gpu.sh [--bench] [pytest args...]
 #
+# pytest args that name tests (tests/test_gpu.py::test_x[2] ...) run just those;
+# otherwise (-k, -x, ... or nothing) the whole of tests/test_gpu.py runs. -v: each
+# result is in the log as it happens, so a run cut at its limit still says which
+# tests passed.
+#
 # Logs and benchmark results go to $OUT (default ./gpu-out).
 # The system libstdc++ is preloaded: on images whose python loads an older one
 # first, any torch extension using std::ostringstream segfaults without it.
@@ -28,9 +33,13 @@ RINGCOLL_CUDA=1 MAX_JOBS=${MAX_JOBS:-16} "$PY" setup.py -q build_ext --inplace >
   || { tail -50 "$OUT/build.log"; exit 1; }
 echo "build took $(( SECONDS - t0 )) s" | tee -a "$OUT/machine.txt"
 "$PY" -c "import ringcoll; print('ringcoll', ringcoll.build_info())" | tee -a "$OUT/machine.txt"
+TARGET=tests/test_gpu.py
+for a in "$@"; do
+  case "$a" in tests/*) TARGET= ;; esac
+done
 rc=0
 # Bounded: a hang is a failure with a message, never a stuck session.
-timeout ${GPU_TEST_LIMIT_S:-1800} "$PY" -m pytest -q -rA -s tests/test_gpu.py "$@" 2>&1 \
+timeout ${GPU_TEST_LIMIT_S:-1800} "$PY" -m pytest -v -rA -s $TARGET "$@" 2>&1 \
   | tee "$OUT/test_gpu.log" || rc=$?
 if [ "$BENCH" = 1 ]; then
   timeout ${GPU_BENCH_LIMIT_S:-1800} "$PY" -m ringcoll.bench --device cuda --share-gpu \
