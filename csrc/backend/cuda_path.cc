@@ -319,15 +319,21 @@ std::string CudaPath::mismatchText() {
   return text;
 }
 
-void CudaPath::failAll(const std::string& why, bool report, bool teardown) {
-  // (0) work the device finished before anything was stopped succeeded: a failure
-  // seen by a later launch (or between two watchdog looks) is not its failure. The
-  // comm stream runs in order, so the finished ones are a prefix.
+void CudaPath::retireFinished() {
+  // The stop word is read after the event: a check kernel that set it ran before the
+  // event completed, so a work whose kernels were skipped is never retired as a
+  // success.
   while (!pending_.empty() && cudaEventQuery(pending_.front()->endEvent()) == cudaSuccess &&
          !reducer_->kernelsStopped()) {
     pending_.front()->markSucceeded();
     pending_.pop_front();
   }
+}
+
+void CudaPath::failAll(const std::string& why, bool report, bool teardown) {
+  // (0) work the device finished before anything was stopped succeeded: a failure
+  // seen by a later launch (or between two watchdog looks) is not its failure.
+  retireFinished();
   // (1) every outstanding Work fails, before (2)-(3) can let its event complete.
   for (auto& w : pending_) w->fail(why);
   pending_.clear();
@@ -362,14 +368,7 @@ void CudaPath::watchdog() {
   while (!stopping_ && broken_.empty()) {
     cv_.wait_for(lock, kWatchdogPoll);
     if (stopping_ || !broken_.empty()) break;
-    // The stop word is read after the event: a check kernel that set it ran before
-    // the event completed, so a work whose kernels were skipped is never retired
-    // as a success.
-    while (!pending_.empty() && cudaEventQuery(pending_.front()->endEvent()) == cudaSuccess &&
-           !reducer_->kernelsStopped()) {
-      pending_.front()->markSucceeded();
-      pending_.pop_front();
-    }
+    retireFinished();
     const bool stopped = reducer_->kernelsStopped();
     if (pending_.empty() && !stopped) continue;
     const auto now = std::chrono::steady_clock::now();

@@ -92,7 +92,10 @@ class CudaPath {
 
  private:
   void watchdog();
-  // Under mutex_: the failure path above, steps (1)-(4); `teardown`: then end the
+  // Under mutex_: marks succeeded the oldest works whose end event completed while
+  // no kernel was stopped (the comm stream runs in order: they are a prefix).
+  void retireFinished();
+  // Under mutex_: the failure path above, steps (0)-(4); `teardown`: then end the
   // process (the async default).
   void failAll(const std::string& why, bool report, bool teardown);
   std::string peerReport();

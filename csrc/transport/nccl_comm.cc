@@ -41,8 +41,8 @@ ncclResult_t NcclComm::asyncError() {
   return r != ncclSuccess ? r : state;
 }
 
-void NcclComm::waitReady(const std::string& what, int peer) {
-  const auto deadline = Clock::now() + limit_;
+void NcclComm::waitReady(const std::string& what, int peer, std::chrono::milliseconds limit) {
+  const auto deadline = Clock::now() + limit;
   auto pause = std::chrono::microseconds(1);
   for (;;) {
     const ncclResult_t state = asyncError();
@@ -54,7 +54,7 @@ void NcclComm::waitReady(const std::string& what, int peer) {
     }
     if (Clock::now() > deadline) {
       abort();
-      throw PeerError(peer, RC_STR("Timed out after ", limit_.count(), " ms ", what,
+      throw PeerError(peer, RC_STR("Timed out after ", limit.count(), " ms ", what,
                                    "; communicator aborted"),
                       /*timedOut=*/true);
     }
@@ -65,17 +65,14 @@ void NcclComm::waitReady(const std::string& what, int peer) {
 
 bool NcclComm::finalize(std::chrono::milliseconds limit) {
   if (aborted_.load() || comm_ == nullptr) return false;
-  ncclResult_t r = ncclCommFinalize(comm_);
-  const auto deadline = Clock::now() + limit;
-  auto pause = std::chrono::microseconds(10);
-  while (r == ncclSuccess || r == ncclInProgress) {
-    r = asyncError();  // non-blocking: ncclInProgress until the flush is done
-    if (r != ncclInProgress || Clock::now() > deadline) break;
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
-  }
-  if (r != ncclSuccess) {
+  const ncclResult_t r = ncclCommFinalize(comm_);
+  if (r != ncclSuccess && r != ncclInProgress) {
     abort();
+    return false;
+  }
+  try {
+    waitReady("finalizing the NCCL communicator", -1, limit);  // aborts on failure
+  } catch (const PeerError&) {
     return false;
   }
   ncclCommDestroy(comm_);  // local resources only, after a finalize: does not block

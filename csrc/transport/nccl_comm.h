@@ -38,7 +38,8 @@ class NcclComm {
   // Under lock(): after a non-blocking call, waits until it is done (ncclSuccess),
   // at most `limit` from now. A failure or the limit aborts the communicator and
   // throws PeerError(peer) naming `what`.
-  void waitReady(const std::string& what, int peer);
+  void waitReady(const std::string& what, int peer) { waitReady(what, peer, limit_); }
+  void waitReady(const std::string& what, int peer, std::chrono::milliseconds limit);
   // Under lock(): ncclSuccess, ncclInProgress or the error of the last operations.
   ncclResult_t asyncError();
   // Under lock(): aborts (idempotent); kernels stuck in NCCL then exit.
