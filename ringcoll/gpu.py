@@ -15,6 +15,8 @@ communicator is created (set them before ``init_process_group``).
 
 from __future__ import annotations
 
+import os
+
 # The same for every rank; NCCL_HOSTID is added per rank.
 SHARED_GPU_ENV = {
     "NCCL_P2P_DISABLE": "1",
@@ -36,8 +38,6 @@ P2P_CHUNK_ENV = {"NCCL_P2P_NET_CHUNKSIZE": "524288"}
 
 def share_gpu_env(rank: int) -> dict[str, str]:
     """The environment rank `rank` needs to share a GPU with the other ranks."""
-    import os
-
     tuning = {k: v for k, v in P2P_CHUNK_ENV.items() if k not in os.environ}
     return {**SHARED_GPU_ENV, **tuning, "NCCL_HOSTID": f"ringcoll-shared-gpu-rank{rank}"}
 

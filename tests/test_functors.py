@@ -367,22 +367,18 @@ def test_nccl_avg_emulation_within_the_gpu_tolerance():
     on the CPU by emulating NCCL's arithmetic for every order of the sum."""
     import itertools
 
-    from tests.test_gpu import avg_tolerance_ulps
+    from tests.cases import avg_tolerance_ulps, rounded_average, ulps_apart
 
     for p in (2, 3, 4, 5):
         for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
             gen = torch.Generator().manual_seed(p)
             xs = [torch.randint(0, 32, (4099,), generator=gen).to(dtype) for _ in range(p)]
-            total = sum(x.to(torch.float64) for x in xs)
-            acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-            ring = (total.to(acc) / p).to(dtype)
+            ring = rounded_average(xs, p)
             scale = torch.tensor(1.0 / p, dtype=dtype)
             terms = [(x * scale).to(dtype) for x in xs]
             for order in itertools.permutations(range(p)):
                 nccl = terms[order[0]]
                 for k in order[1:]:
                     nccl = (nccl + terms[k]).to(dtype)
-                big = torch.maximum(ring.abs(), nccl.abs())
-                ulp = torch.nextafter(big, torch.full_like(big, float("inf"))) - big
-                worst = float(((ring - nccl).abs() / ulp).max())
+                worst = float(ulps_apart(ring, nccl).max())
                 assert worst <= avg_tolerance_ulps(p), (p, dtype, order, worst)

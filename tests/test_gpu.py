@@ -7,7 +7,7 @@
   equally offset (head/pack/tail) and differently offset (the unaligned fallback);
 * multi-rank part (>= 1 GPU): every collective x dtype x op x size (0, 1, p-1, p+1,
   large, 64 MiB) against the exact reference and stock NCCL on the same ranks, AVG
-  against NCCL within avg_tolerance_ulps(p), async ops on a side stream, DDP,
+  against NCCL within cases.avg_tolerance_ulps(p), async ops on a side stream, DDP,
   and failures (a late rank, a killed rank) in both error-handling modes. With one
   GPU the worlds are 2, 3 and 4 ranks sharing it (ringcoll/gpu.py: a per-rank
   NCCL_HOSTID puts NCCL, under both backends, on its socket transport over
@@ -298,44 +298,28 @@ def test_gpu_collectives_vs_nccl(p):
     assert not failures, f"{len(failures)} of {checks} checks failed:\n" + "\n".join(failures[:40])
 
 
-def avg_tolerance_ulps(p):
-    """How far NCCL's AVG may be from the correctly rounded average, in units in the
-    last place of the larger of the two: NCCL pre-multiplies each input by 1/p (p
-    roundings, and 1/p itself rounded) and sums (p - 1 roundings). An emulation of
-    that arithmetic on non-negative small integers (all orders of the sum) gave at
-    most 2 ulps at p = 3 and 5, 3 at p = 6 and 7: p - 1 covers them. (With inputs of
-    both signs there is no such bound: where the exact average is near 0, NCCL's
-    result is off by the rounding of the large terms, thousands of its ulps; the
-    first GPU run of this test used such inputs and failed at p = 3.)"""
-    return 0 if p & (p - 1) == 0 else p - 1
-
-
 def gpu_avg(rank, p):
     """AVG on floats: ringcoll sums (exactly: integers in [0, 32), so every partial
-    sum of up to 8 ranks is below 256, exact even in bfloat16) then divides once, so it must equal the correctly rounded average bit for bit
-    (16-bit types divide in float, then round: the same here). NCCL must agree with
-    it within avg_tolerance_ulps(p): bit for bit when p is a power of two (1/p is
-    exact and so is every partial sum)."""
+    sum of up to 8 ranks is below 256, exact even in bfloat16) then divides once, so
+    it must equal cases.rounded_average bit for bit. NCCL must agree with it within
+    cases.avg_tolerance_ulps(p): bit for bit when p is a power of two (1/p is exact
+    and so is every partial sum)."""
     _set_device(rank)
     nccl = dist.new_group(backend="nccl")
     f = []
-    tol = avg_tolerance_ulps(p)
+    tol = cases.avg_tolerance_ulps(p)
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
         for n in (1, p + 1, 4099):
             inputs = [torch.randint(0, 32, (n,), generator=torch.Generator().manual_seed(
                 17 * r + n)).to(dtype) for r in range(p)]
-            total = sum(t.to(torch.float64) for t in inputs)  # exact
-            acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-            want = (total.to(acc) / p).to(dtype)
+            want = cases.rounded_average(inputs, p)
             x = inputs[rank].cuda()
             y = x.clone()
             dist.all_reduce(x, op=dist.ReduceOp.AVG)
             dist.all_reduce(y, op=dist.ReduceOp.AVG, group=nccl)
             if not torch.equal(x.cpu(), want):
                 f.append(f"{dtype} n={n}: ringcoll is not the correctly rounded average")
-            big = torch.maximum(x.abs(), y.abs())
-            ulp = torch.nextafter(big, torch.full_like(big, float("inf"))) - big
-            bad = (x - y).abs() > tol * ulp
+            bad = cases.ulps_apart(x, y) > tol
             if bad.any():
                 i = int(bad.nonzero()[0])
                 f.append(f"{dtype} n={n}: {int(bad.sum())} elements > {tol} ulp from NCCL "
