@@ -594,3 +594,34 @@ def test_gpu_fingerprint_no_false_mismatch():
     gpu_world(3, gpu_fingerprint_roots, env={"RINGCOLL_GPU_FINGERPRINT": "1",
                                              "RINGCOLL_BLOCKING_WAIT": "1"},
               pg_timeout_s=PG_TIMEOUT_S, timeout=120)
+
+
+def gpu_destroy_early(rank, p):
+    """Rank 1 destroys the group right after its last collective is enqueued; rank 0
+    is slow to finish the same collective. The orderly end (finalize) must let rank
+    0 receive everything: its result is exact, and nothing raises."""
+    import time
+
+    _set_device(rank)
+    n = 4 << 20
+    x = torch.full((n,), float(rank + 1), device="cuda")
+    dist.all_reduce(x)  # the communicator is up
+    torch.cuda.synchronize()
+    x.fill_(float(rank + 1))
+    if rank == 0:
+        time.sleep(0.3)  # rank 1 is already in destroy_process_group
+    dist.all_reduce(x)
+    t0 = time.monotonic()
+    dist.destroy_process_group()
+    took = time.monotonic() - t0
+    torch.cuda.synchronize()
+    return {"exact": bool(torch.all(x == float(sum(range(1, p + 1))))), "destroy_s": took}
+
+
+def test_gpu_destroy_lets_a_slow_peer_finish():
+    res = gpu_world(2, gpu_destroy_early, pg_timeout_s=PG_TIMEOUT_S, timeout=120,
+                    together=False)
+    print(f"[destroy early] {res}")
+    for r, out in enumerate(res):
+        assert out["exact"], f"rank {r}: wrong result after a peer's destroy: {out}"
+        assert out["destroy_s"] < 2 * 2 + 1, out  # grace for the work, then for finalize
