@@ -13,7 +13,8 @@ A topology is `hosts` hosts of `per_host` ranks each (rank r on host r // per_ho
 so the ring, which runs host by host, crosses each host boundary once) and two
 link classes: between ranks of one host (intra) and between hosts (inter), each
 with alpha (seconds per message end) and beta (seconds per byte end); gamma is
-seconds per byte reduced; `cores` per host (None: one per rank) and `wake` model
+seconds per byte reduced, `copy` seconds per byte a call's entry copies
+(ringcoll.model's staging); `cores` per host (None: one per rank) and `wake` model
 ranks outnumbering cores as ringcoll.model does.
 
 The simulation walks every rank's schedule (_C.schedule) step by step. A rank's
@@ -21,7 +22,8 @@ time in a step is the sum over its transfers, cut into segments of at most
 `chunk_bytes` as the executor cuts them, of alpha + bytes * beta of the link to
 that peer, plus gamma per byte it reduces. A step lasts as long as its slowest
 rank (or, on a host whose ranks outnumber its cores, their total work over the
-cores), steps follow one another, and the call pays `overhead` once: the
+cores), steps follow one another, and the call pays its staging copies (a step
+of their own, the same rule) and `overhead` once: the
 assumptions of ringcoll.model, so that on one host with the model's constants the
 two agree (tests/test_model.py), while here each transfer pays its own link.
 
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import check as checker
-from .model import DTYPE_BYTES, HEADER_BYTES, elements, schedules
+from .model import DTYPE_BYTES, HEADER_BYTES, elements, schedules, staging_bytes, staging_term
 
 CHECK_MAX_P = 64
 CHECK_MAX_N = 4096
@@ -66,6 +68,7 @@ class Topology:
     wake: float = 0.0         # per message end when a host's ranks outnumber its cores
     chunk_bytes: int = 1 << 20
     fingerprint: bool = True
+    copy: float = 0.0         # per byte a rank's call copies (ringcoll.model's staging)
 
     @property
     def p(self) -> int:
@@ -79,7 +82,8 @@ class Topology:
 class Result:
     seconds: float
     steps: int
-    counts: np.ndarray  # along the critical path: (1, msgs, bytes, reduced, wake msgs)
+    counts: np.ndarray  # along the critical path: (1, msgs, bytes, reduced, wake msgs,
+                        # bytes copied)
     checked: str        # what the checker proved
 
 
@@ -154,7 +158,7 @@ def simulate_schedules(scheds, collective, topo: Topology, n: int, dtype="float3
             for peer in (peers | {(r + 1) % p, (r - 1) % p}) - {r}:
                 pay(0, r, peer, HEADER_BYTES, False)  # the header out
                 pay(0, r, peer, HEADER_BYTES, False)  # and the peer's in
-    total, crit = topo.overhead, np.array([1.0, 0, 0, 0, 0])
+    total, crit = topo.overhead, np.array([1.0, 0, 0, 0, 0, 0])
     for s in range(cost.shape[0]):
         r = int(np.argmax(cost[s]))
         t, row = cost[s, r], counts[s, r]
@@ -164,7 +168,12 @@ def simulate_schedules(scheds, collective, topo: Topology, n: int, dtype="float3
                 if cost[s, lo:hi].sum() / cores > t:
                     t, row = cost[s, lo:hi].sum() / cores, counts[s, lo:hi].sum(axis=0) / cores
         total += t
-        crit += (0, row[0], row[1], row[2], row[0] if crowded else 0)
+        crit += (0, row[0], row[1], row[2], row[0] if crowded else 0, 0)
+    if p > 1:  # the staging copies: the slowest host's, each host as the model's one
+        copied = staging_bytes(collective, p, n, elem)
+        crit[5] = max(staging_term(copied[h * topo.per_host:(h + 1) * topo.per_host], cores)
+                      for h in range(topo.hosts))
+        total += crit[5] * topo.copy
     return Result(total, nsteps, crit, checked)
 
 

@@ -41,7 +41,8 @@ def _one_host(p, cal, transport="shm"):
     return sim.Topology(hosts=1, per_host=p, intra=sim.Link(link.alpha, link.beta),
                         inter=sim.Link(1.0, 1.0), gamma=cal.gamma["float32"],
                         overhead=link.overhead, cores=cal.cores, wake=link.wake,
-                        chunk_bytes=cal.chunk_bytes, fingerprint=cal.fingerprint)
+                        chunk_bytes=cal.chunk_bytes, fingerprint=cal.fingerprint,
+                        copy=cal.copy)
 
 
 @pytest.mark.parametrize("algo, collective", CASES)
@@ -63,19 +64,41 @@ def test_ring_counts_by_hand():
     # receives one 1 MiB chunk per step (one segment each way); 3 of the steps reduce.
     cal = dataclasses.replace(CAL, cores=8, chunk_bytes=1 << 20, fingerprint=False)
     t = model.terms("ring", "all_reduce", 4, 4 << 20, "shm", cal)
-    assert t.tolist() == [1, 6 * 2, 6 * 2 * (1 << 20), 3 * (1 << 20), 0]
+    assert t.tolist() == [1, 6 * 2, 6 * 2 * (1 << 20), 3 * (1 << 20), 0, 0]
     # twice the segments with half the chunk size; the header step adds 2 messages
     # per peer (ring neighbours: 2 peers) of 64 bytes each way
     cal2 = dataclasses.replace(cal, chunk_bytes=1 << 19, fingerprint=True)
     t2 = model.terms("ring", "all_reduce", 4, 4 << 20, "shm", cal2)
-    assert t2.tolist() == [1, 6 * 4 + 4, 6 * 2 * (1 << 20) + 4 * 64, 3 * (1 << 20), 0]
+    assert t2.tolist() == [1, 6 * 4 + 4, 6 * 2 * (1 << 20) + 4 * 64, 3 * (1 << 20), 0, 0]
 
 
 def test_more_ranks_than_cores_spread_work_and_pay_wake():
     cal = dataclasses.replace(CAL, cores=2, chunk_bytes=1 << 20, fingerprint=False)
     t = model.terms("ring", "all_reduce", 4, 4 << 20, "shm", cal)
     # every rank works in every step: 4 ranks' work over 2 cores
-    assert t.tolist() == [1, 6 * 4, 6 * 4 * (1 << 20), 3 * 2 * (1 << 20), 6 * 4]
+    assert t.tolist() == [1, 6 * 4, 6 * 4 * (1 << 20), 3 * 2 * (1 << 20), 6 * 4, 0]
+
+
+def test_staging_copies_by_hand():
+    # What csrc/backend/api.cc copies around the schedule, per rank, 4 MiB float32:
+    # reduce-scatter its input in and its block out, all-gather its input into its
+    # block, reduce a non-root's input, all-reduce and broadcast nothing.
+    n = 4 << 20
+    cal = dataclasses.replace(CAL, cores=8, chunk_bytes=1 << 20, fingerprint=False)
+    staged = {c: model.terms("ring", c, 4, n, "shm", cal)[5]
+              for c in ("reduce_scatter", "all_gather", "reduce", "all_reduce", "broadcast")}
+    assert staged == {"reduce_scatter": n + n // 4, "all_gather": n // 4, "reduce": n,
+                      "all_reduce": 0, "broadcast": 0}
+    # 4 ranks on 2 cores: every rank copies at once, so the copies take the sum / 2
+    crowded = dataclasses.replace(cal, cores=2)
+    assert model.terms("ring", "reduce_scatter", 4, n, "shm", crowded)[5] == 4 * (n + n // 4) / 2
+    assert model.terms("ring", "reduce", 4, n, "shm", crowded)[5] == 3 * n / 2
+    # one rank copies nothing; the prediction pays copy per byte
+    assert model.terms("ring", "reduce_scatter", 1, n, "shm", cal)[5] == 0
+    dearer = dataclasses.replace(cal, copy=cal.copy * 3)
+    gap = (model.predict("ring", "reduce_scatter", 4, n, "shm", dearer)
+           - model.predict("ring", "reduce_scatter", 4, n, "shm", cal))
+    assert gap == pytest.approx(2 * cal.copy * (n + n // 4), rel=1e-9)
 
 
 def test_fit_recovers_constants():
@@ -123,9 +146,11 @@ def _bad_calibrations(d):
     good = model.DEFAULTS.to_json()
     neg = json.loads(json.dumps(good))
     neg["transports"]["shm"]["alpha"] = -1
+    negcopy = dict(good, copy=-1e-10)
     files = {"missing": (os.path.join(d, "nope.json"), "cannot read it"),
              "not json": ("{", "not JSON"), "wrong version": ({"version": 7}, "version-1"),
              "negative": (neg, "shm alpha = -1"),
+             "negative copy": (negcopy, "copy = -1e-10"),
              "no transports": ({"version": 1, "cores": 2}, "missing or malformed")}
     out = {}
     for name, (content, msg) in files.items():

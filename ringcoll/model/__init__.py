@@ -37,6 +37,14 @@ ringcoll.model` judge):
              turns from spinning into sleeping), so a calibration may carry a
              second set per transport, "<transport>/crowded", fitted on worlds
              with more ranks than cores and used for them.
+  * staging  Before its schedule runs, a collective's entry copies what the schedule
+             must not work on in place (csrc/backend/api.cc): reduce-scatter copies
+             its whole input into the working buffer and its block out again (n +
+             n/p bytes), all-gather copies its input into its block (n/p), reduce
+             copies a non-root's input (n), all-reduce and broadcast work in place
+             on contiguous tensors (0). Each rank pays `copy` per byte copied (the
+             host's single-thread memcpy, timed like gamma), as one step of its
+             own: the slowest rank's copy, or all ranks' spread over the cores.
   * overhead A constant per call (issuing it, waking the worker, completing the
              Work), paid once.
 
@@ -46,7 +54,8 @@ tensor), cut into elements of the dtype (float32 unless said otherwise).
 
 Calibration (`python -m ringcoll.model --calibrate`) fits overhead, alpha, beta and
 wake per transport by least squares over measured calls (relative error, the
-counts above as the design matrix), and times the CPU reducer for gamma per dtype.
+counts above as the design matrix), times the CPU reducer for gamma per dtype and
+a memcpy for copy.
 A calibration is a small JSON file (see Calibration); RINGCOLL_MODEL names the one
 `auto` and `python -m ringcoll.model` use. Without it they use DEFAULTS below.
 """
@@ -72,6 +81,7 @@ TRANSPORTS = ("shm", "gloo")
 DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 HEADER_BYTES = 64
 DEFAULT_CHUNK_BYTES = 1 << 20
+DEFAULT_COPY = 1e-10  # ~10 GB/s single-thread memcpy; calibrations carry their own
 
 
 class CalibrationError(ValueError):
@@ -97,6 +107,7 @@ class Calibration:
     fingerprint: bool = True
     source: str = "defaults"  # where it came from, for logs and tables
     meta: dict = field(default_factory=dict)
+    copy: float = DEFAULT_COPY  # seconds per byte a rank's entry copies (staging)
 
     def link(self, transport: str, p: int = 1) -> LinkCost:
         """The constants of `transport` for p ranks: those of "<transport>/crowded"
@@ -110,7 +121,7 @@ class Calibration:
 
     def to_json(self) -> dict:
         return {"version": 1, "cores": self.cores, "chunk_bytes": self.chunk_bytes,
-                "fingerprint": self.fingerprint,
+                "fingerprint": self.fingerprint, "copy": self.copy,
                 "transports": {k: asdict(v) for k, v in self.transports.items()},
                 "gamma": dict(self.gamma), "meta": self.meta}
 
@@ -120,12 +131,12 @@ class Calibration:
 # transports and between per-call, per-message and per-byte terms matter for the
 # choice more than the absolute figures.
 DEFAULTS = Calibration(
-    transports={"shm": LinkCost(overhead=2.4e-5, alpha=0.0, beta=7e-11),
-                "shm/crowded": LinkCost(overhead=5e-5, alpha=3.2e-6, beta=1.2e-10),
-                "gloo": LinkCost(overhead=0.0, alpha=7.7e-5, beta=3.6e-10),
-                "gloo/crowded": LinkCost(overhead=1.3e-3, alpha=4.9e-5, beta=4e-10)},
-    gamma={"float32": 4.7e-11, "float64": 5e-11, "float16": 4.6e-11, "bfloat16": 4.4e-11},
-    cores=os.cpu_count() or 1, source="defaults")
+    transports={"shm": LinkCost(overhead=2.1e-5, alpha=0.0, beta=8.2e-11),
+                "shm/crowded": LinkCost(overhead=1.6e-4, alpha=7.2e-7, beta=1.4e-10, wake=7.2e-7),
+                "gloo": LinkCost(overhead=4.5e-4, alpha=6.1e-5, beta=4.1e-10),
+                "gloo/crowded": LinkCost(overhead=7.5e-4, alpha=0.0, beta=3.1e-10, wake=9.5e-5)},
+    gamma={"float32": 4.3e-11, "float64": 5.2e-11, "float16": 5.9e-11, "bfloat16": 5.4e-11},
+    copy=8.7e-11, cores=os.cpu_count() or 1, source="defaults")
 
 
 def from_json(d: dict, source: str) -> Calibration:
@@ -149,8 +160,15 @@ def from_json(d: dict, source: str) -> Calibration:
                 raise bad(f"transport {name} {k} = {v} is not a finite number >= 0")
     if cores < 1 or not links or "float32" not in gamma:
         raise bad("needs cores >= 1, at least one transport and gamma for float32")
+    try:
+        copy = float(d.get("copy", DEFAULT_COPY))
+    except (TypeError, ValueError) as e:
+        raise bad(f"malformed field copy ({e})") from None
+    if not (copy >= 0 and np.isfinite(copy)):
+        raise bad(f"copy = {copy} is not a finite number >= 0")
     return Calibration(links, gamma, cores, int(d.get("chunk_bytes", DEFAULT_CHUNK_BYTES)),
-                       bool(d.get("fingerprint", True)), source, dict(d.get("meta", {})))
+                       bool(d.get("fingerprint", True)), source, dict(d.get("meta", {})),
+                       copy)
 
 
 def load(path: str | None = None) -> Calibration:
@@ -222,6 +240,17 @@ def loads_of(scheds, n_elem_bytes: int, chunk_bytes: int, fingerprint: bool) -> 
     return out
 
 
+def staging_bytes(collective: str, p: int, n: int, elem: int) -> np.ndarray:
+    """Per rank: the bytes its call copies before and after the schedule (the
+    module docstring's `staging`; reduce's root is rank 0, as in its schedules)."""
+    nb, block = n * elem, n // p * elem
+    per = {"reduce_scatter": nb + block, "all_gather": block}.get(collective, 0)
+    out = np.full(p, float(per))
+    if collective == "reduce" and p > 1:
+        out[1:] = nb
+    return out
+
+
 def loads(algo, collective, p, nbytes, dtype="float32", chunk_bytes=DEFAULT_CHUNK_BYTES,
           fingerprint=True) -> np.ndarray:
     elem = DTYPE_BYTES[dtype]
@@ -243,23 +272,39 @@ def step_terms(load: np.ndarray, link: LinkCost, gamma: float, cores: int) -> np
     return np.array([0.0, row[0], row[1], row[2], row[0] if p > cores else 0.0])
 
 
+def staging_term(copied: np.ndarray, cores: int) -> float:
+    """The staging step's critical path in bytes copied: the slowest rank's, or,
+    when ranks outnumber cores and all their copies spread over the cores take
+    longer, the sum / cores (as step_terms)."""
+    if copied.size == 0:
+        return 0.0
+    worst = float(copied.max())
+    if copied.size > cores:
+        worst = max(worst, float(copied.sum()) / cores)
+    return worst
+
+
 def terms(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float32"):
-    """The call's cost as counts: (1, alpha msgs, beta bytes, gamma bytes, wake msgs)
-    along its critical path under `cal`; predict() is their dot product with the
-    constants."""
+    """The call's cost as counts: (1, alpha msgs, beta bytes, gamma bytes, wake msgs,
+    copy bytes) along its critical path under `cal`; predict() is their dot product
+    with the constants."""
     link = cal.link(transport, p)
     g = cal.gamma.get(dtype, cal.gamma["float32"])
     ld = loads(algo, collective, p, nbytes, dtype, cal.chunk_bytes, cal.fingerprint)
-    t = np.array([1.0, 0, 0, 0, 0])
+    t = np.array([1.0, 0, 0, 0, 0, 0])
     for step in ld:
-        t += step_terms(step, link, g, cal.cores)
+        t[:5] += step_terms(step, link, g, cal.cores)
+    elem = DTYPE_BYTES[dtype]
+    if p > 1:
+        t[5] = staging_term(staging_bytes(collective, p, elements(collective, nbytes, p, elem),
+                                          elem), cal.cores)
     return t
 
 
 def constants(transport, cal: Calibration, dtype="float32", p: int = 1) -> np.ndarray:
     link = cal.link(transport, p)
     return np.array([link.overhead, link.alpha, link.beta,
-                     cal.gamma.get(dtype, cal.gamma["float32"]), link.wake])
+                     cal.gamma.get(dtype, cal.gamma["float32"]), link.wake, cal.copy])
 
 
 def predict(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float32") -> float:

@@ -12,7 +12,7 @@ how the algorithm it chose measured against the best measured one; then the medi
 prediction error (|predicted/measured - 1|). Writes the table (.txt), the
 measurements (.json) and a plot of both (.png) at --out.
 
---calibrate: times gamma per dtype, measures p = 2 and 4 (4 ranks on this 2-core
+--calibrate: times gamma per dtype and copy, measures p = 2 and 4 (4 ranks on this 2-core
 machine calibrate `wake`, the price of ranks outnumbering cores), fits overhead,
 alpha, beta, wake per transport (ringcoll.model.fit) and writes the calibration
 JSON (default benchmarks/results/model-cpu.json; use it with RINGCOLL_MODEL=path).
@@ -95,7 +95,10 @@ def machine() -> str:
 def calibrate(a) -> int:
     out = a.model or DEFAULT_OUT
     cores = os.cpu_count() or 1
-    gammas = {d: measure.gamma(d) for d in ("float32", "float64", "float16", "bfloat16")}
+    # Each the median of 5 timings with fresh buffers: on a shared VM one timing
+    # was seen 2.5x off the others.
+    gammas = {d: statistics.median(measure.gamma(d) for _ in range(5))
+              for d in ("float32", "float64", "float16", "bfloat16")}
     print("# gamma (s/byte reduced): " + ", ".join(f"{k} {v:.3e}" for k, v in gammas.items()))
     if a.from_json:
         rows = [r for r in _saved(a.from_json)[0] if r["p"] in a.nproc]
@@ -103,7 +106,9 @@ def calibrate(a) -> int:
         rows = measure.run(a.nproc, a.collectives, a.sizes, a.transports, auto=False,
                            budget=a.budget, runs=a.runs)
     start = load(None)
-    cal = Calibration(dict(start.transports), gammas, cores, source=out)
+    cal = Calibration(dict(start.transports), gammas, cores, source=out,
+                      copy=statistics.median(measure.copy() for _ in range(5)))
+    print(f"# copy (s/byte copied): {cal.copy:.3e}")
     for t in a.transports:
         # ranks fewer than cores, then (if measured) more: fitted apart
         cal.transports[t] = fit.fit_link(rows, t, cal, crowded=False)
@@ -114,7 +119,8 @@ def calibrate(a) -> int:
     cal.meta = {"command": "python -m ringcoll.model " + " ".join(sys.argv[1:]),
                 "machine": machine(), "nproc": a.nproc, "measurements": a.from_json or "live", "collectives": a.collectives,
                 "sizes": a.sizes, "units": "seconds; alpha per message end, beta per byte "
-                "end, gamma per byte reduced, wake per message when p > cores",
+                "end, gamma per byte reduced, wake per message when p > cores, copy per "
+                "byte staged",
                 "median_error": _median_error(rows, cal)}
     save(cal, out)
     if not a.from_json:  # the measurements, for --from

@@ -7,7 +7,7 @@ solve for overhead, alpha, beta and wake by least squares on the relative error
 (each row divided by the measured time, since sizes span five orders of magnitude
 and the target is a relative error; reweighted towards the least absolute error,
 which outliers pull less), with gamma held at its separately measured
-value and every constant kept >= 0 (the best of the least-squares solutions over
+value (and copy, the memcpy cost of staging, likewise) and every constant kept >= 0 (the best of the least-squares solutions over
 the subsets of constants left free whose solution is all >= 0), and repeat with
 the new constants until the critical ranks stop changing (a few rounds).
 """
@@ -21,7 +21,7 @@ import numpy as np
 
 from . import Calibration, LinkCost, terms
 
-FREE = (0, 1, 2, 4)  # overhead, alpha, beta, wake; gamma (3) is measured apart
+FREE = (0, 1, 2, 4)  # overhead, alpha, beta, wake; gamma (3) and copy (5) are measured apart
 
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -55,7 +55,7 @@ def fit_link(rows, transport: str, cal: Calibration, rounds: int = 6,
                       for r in rows])
         g = cal.gamma["float32"]
         a = x[:, FREE] / y[:, None]
-        b = (y - g * x[:, 3]) / y
+        b = (y - g * x[:, 3] - cal.copy * x[:, 5]) / y
         # Least absolute relative error (iteratively reweighted least squares):
         # the target is a median error, and this machine's outliers (a rank
         # preempted for a whole run) must not pull every prediction.

@@ -9,7 +9,9 @@ median per run, the median over runs. A row: collective, p, transport, algo, siz
 (bytes, as the bench counts them), time_s, runs_s.
 
 gamma (seconds per byte reduced) is timed in this process: the CPU reducer's
-in-place sum of two buffers of `nbytes`, one thread, median of several calls.
+in-place sum of two buffers of `nbytes`, one thread, median of several calls; copy
+(seconds per byte a collective's entry copies) likewise, from ringcoll.bench's
+single-thread memcpy.
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ def gamma(dtype: str, nbytes: int = 16 << 20, repeats: int = 7) -> float:
         return statistics.median(times) / nbytes
     finally:
         torch.set_num_threads(threads)
+
+
+def copy() -> float:
+    from ..bench import runner
+
+    return 1.0 / (runner.memcpy_gbps() * 1e9)
 
 
 def _broadcast(rank, p, count, dtype, op, device, inplace, group):
