@@ -191,8 +191,9 @@ def table(algos, ranks=(8, 64, 1024), sizes=(1 << 10, 1 << 20, 64 << 20), per_ho
                         inter=INTER, gamma=GAMMA)
         for nb in sizes:
             t = {a: simulate(a, "all_reduce", topo, nb).seconds for a in algos}
-            best = min(t.values())
-            cells = [(f"**{v * 1e6:,.0f}**" if v == best else f"{v * 1e6:,.0f}") for v in t.values()]
+            shown = {a: f"{v * 1e6:,.0f}" for a, v in t.items()}
+            best = shown[min(t, key=t.get)]  # every algorithm that shows the best figure
+            cells = [(f"**{v}**" if v == best else v) for v in shown.values()]
             out.append(f"| {p} ({topo.hosts} x {topo.per_host}) | {_size(nb)} | "
                        + " | ".join(cells) + " |")
     return "\n".join(out)

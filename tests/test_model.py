@@ -151,6 +151,7 @@ def _bad_calibrations(d):
              "not json": ("{", "not JSON"), "wrong version": ({"version": 7}, "version-1"),
              "negative": (neg, "shm alpha = -1"),
              "negative copy": (negcopy, "copy = -1e-10"),
+             "malformed copy": (dict(good, copy="fast"), "missing or malformed.*fast"),
              "no transports": ({"version": 1, "cores": 2}, "missing or malformed")}
     out = {}
     for name, (content, msg) in files.items():

@@ -152,20 +152,17 @@ def from_json(d: dict, source: str) -> Calibration:
                                    wake=float(v.get("wake", 0.0)))
         gamma = {k: float(v) for k, v in d["gamma"].items()}
         cores = int(d["cores"])
+        copy = float(d.get("copy", DEFAULT_COPY))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise bad(f"missing or malformed field ({type(e).__name__}: {e})") from None
     for name, lc in links.items():
         for k, v in asdict(lc).items():
             if not (v >= 0 and np.isfinite(v)):
                 raise bad(f"transport {name} {k} = {v} is not a finite number >= 0")
-    if cores < 1 or not links or "float32" not in gamma:
-        raise bad("needs cores >= 1, at least one transport and gamma for float32")
-    try:
-        copy = float(d.get("copy", DEFAULT_COPY))
-    except (TypeError, ValueError) as e:
-        raise bad(f"malformed field copy ({e})") from None
     if not (copy >= 0 and np.isfinite(copy)):
         raise bad(f"copy = {copy} is not a finite number >= 0")
+    if cores < 1 or not links or "float32" not in gamma:
+        raise bad("needs cores >= 1, at least one transport and gamma for float32")
     return Calibration(links, gamma, cores, int(d.get("chunk_bytes", DEFAULT_CHUNK_BYTES)),
                        bool(d.get("fingerprint", True)), source, dict(d.get("meta", {})),
                        copy)

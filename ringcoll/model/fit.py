@@ -6,10 +6,11 @@ start from the current constants, take every measured call's terms (model.terms)
 solve for overhead, alpha, beta and wake by least squares on the relative error
 (each row divided by the measured time, since sizes span five orders of magnitude
 and the target is a relative error; reweighted towards the least absolute error,
-which outliers pull less), with gamma held at its separately measured
-value (and copy, the memcpy cost of staging, likewise) and every constant kept >= 0 (the best of the least-squares solutions over
-the subsets of constants left free whose solution is all >= 0), and repeat with
-the new constants until the critical ranks stop changing (a few rounds).
+which outliers pull less), with gamma and copy (staging's memcpy) held at their
+separately measured values and every constant kept >= 0 (the best of the
+least-squares solutions over the subsets of constants left free whose solution is
+all >= 0), and repeat with the new constants until the critical ranks stop
+changing (a few rounds).
 """
 
 from __future__ import annotations
