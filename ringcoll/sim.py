@@ -14,7 +14,8 @@ so the ring, which runs host by host, crosses each host boundary once) and two
 link classes: between ranks of one host (intra) and between hosts (inter), each
 with alpha (seconds per message end) and beta (seconds per byte end); gamma is
 seconds per byte reduced, `copy` seconds per byte a call's entry copies
-(ringcoll.model's staging); `cores` per host (None: one per rank) and `wake` model
+(ringcoll.model's staging), `step` seconds per step in which anything moves
+(ringcoll.model's rounds); `cores` per host (None: one per rank) and `wake` model
 ranks outnumbering cores as ringcoll.model does.
 
 The simulation walks every rank's schedule (_C.schedule) step by step. A rank's
@@ -69,6 +70,7 @@ class Topology:
     chunk_bytes: int = 1 << 20
     fingerprint: bool = True
     copy: float = 0.0         # per byte a rank's call copies (ringcoll.model's staging)
+    step: float = 0.0         # per step in which anything moves (ringcoll.model's rounds)
 
     @property
     def p(self) -> int:
@@ -83,7 +85,7 @@ class Result:
     seconds: float
     steps: int
     counts: np.ndarray  # along the critical path: (1, msgs, bytes, reduced, wake msgs,
-                        # bytes copied)
+                        # bytes copied, steps)
     checked: str        # what the checker proved
 
 
@@ -158,7 +160,7 @@ def simulate_schedules(scheds, collective, topo: Topology, n: int, dtype="float3
             for peer in (peers | {(r + 1) % p, (r - 1) % p}) - {r}:
                 pay(0, r, peer, HEADER_BYTES, False)  # the header out
                 pay(0, r, peer, HEADER_BYTES, False)  # and the peer's in
-    total, crit = topo.overhead, np.array([1.0, 0, 0, 0, 0, 0])
+    total, crit = topo.overhead, np.array([1.0, 0, 0, 0, 0, 0, 0])
     for s in range(cost.shape[0]):
         r = int(np.argmax(cost[s]))
         t, row = cost[s, r], counts[s, r]
@@ -167,8 +169,9 @@ def simulate_schedules(scheds, collective, topo: Topology, n: int, dtype="float3
                 lo, hi = h * topo.per_host, (h + 1) * topo.per_host
                 if cost[s, lo:hi].sum() / cores > t:
                     t, row = cost[s, lo:hi].sum() / cores, counts[s, lo:hi].sum(axis=0) / cores
-        total += t
-        crit += (0, row[0], row[1], row[2], row[0] if crowded else 0, 0)
+        moves = 1 if counts[s, :, 0].any() else 0
+        total += t + moves * topo.step
+        crit += (0, row[0], row[1], row[2], row[0] if crowded else 0, 0, moves)
     if p > 1:  # the staging copies: the slowest host's, each host as the model's one
         copied = staging_bytes(collective, p, n, elem)
         crit[5] = max(staging_term(copied[h * topo.per_host:(h + 1) * topo.per_host], cores)

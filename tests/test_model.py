@@ -10,6 +10,8 @@ benchmarks/results/model-*.txt).
   choosing the predicted fastest at every grid size; bad calibrations and mixed
   auto entries are clear errors; a real 2-rank group with RINGCOLL_ALGO=auto runs
   and logs why;
+- the report's verdicts (auto's choice against the fastest measured, and another
+  run's fastest against this run's) counted by hand on made-up rows;
 - the simulator refuses a broken schedule (the checker's mutation), and runs 1024
   ranks on two link classes.
 """
@@ -42,7 +44,7 @@ def _one_host(p, cal, transport="shm"):
                         inter=sim.Link(1.0, 1.0), gamma=cal.gamma["float32"],
                         overhead=link.overhead, cores=cal.cores, wake=link.wake,
                         chunk_bytes=cal.chunk_bytes, fingerprint=cal.fingerprint,
-                        copy=cal.copy)
+                        copy=cal.copy, step=link.step)
 
 
 @pytest.mark.parametrize("algo, collective", CASES)
@@ -64,19 +66,38 @@ def test_ring_counts_by_hand():
     # receives one 1 MiB chunk per step (one segment each way); 3 of the steps reduce.
     cal = dataclasses.replace(CAL, cores=8, chunk_bytes=1 << 20, fingerprint=False)
     t = model.terms("ring", "all_reduce", 4, 4 << 20, "shm", cal)
-    assert t.tolist() == [1, 6 * 2, 6 * 2 * (1 << 20), 3 * (1 << 20), 0, 0]
+    assert t.tolist() == [1, 6 * 2, 6 * 2 * (1 << 20), 3 * (1 << 20), 0, 0, 6]
     # twice the segments with half the chunk size; the header step adds 2 messages
     # per peer (ring neighbours: 2 peers) of 64 bytes each way
     cal2 = dataclasses.replace(cal, chunk_bytes=1 << 19, fingerprint=True)
     t2 = model.terms("ring", "all_reduce", 4, 4 << 20, "shm", cal2)
-    assert t2.tolist() == [1, 6 * 4 + 4, 6 * 2 * (1 << 20) + 4 * 64, 3 * (1 << 20), 0, 0]
+    assert t2.tolist() == [1, 6 * 4 + 4, 6 * 2 * (1 << 20) + 4 * 64, 3 * (1 << 20), 0, 0, 7]
 
 
 def test_more_ranks_than_cores_spread_work_and_pay_wake():
     cal = dataclasses.replace(CAL, cores=2, chunk_bytes=1 << 20, fingerprint=False)
     t = model.terms("ring", "all_reduce", 4, 4 << 20, "shm", cal)
     # every rank works in every step: 4 ranks' work over 2 cores
-    assert t.tolist() == [1, 6 * 4, 6 * 4 * (1 << 20), 3 * 2 * (1 << 20), 6 * 4, 0]
+    assert t.tolist() == [1, 6 * 4, 6 * 4 * (1 << 20), 3 * 2 * (1 << 20), 6 * 4, 0, 6]
+
+
+def test_a_round_is_paid_once_per_step_whatever_it_carries():
+    # ring all-reduce, p = 4, 4 MiB, no header: 6 steps of one 1 MiB chunk each way.
+    # Cut into 256 KiB segments each step carries 8 messages instead of 2, but it is
+    # still one round: `step` prices rounds, alpha messages.
+    cal = dataclasses.replace(CAL, cores=8, chunk_bytes=1 << 20, fingerprint=False)
+    cut = dataclasses.replace(cal, chunk_bytes=1 << 18)
+    whole = model.terms("ring", "all_reduce", 4, 4 << 20, "shm", cal)
+    segs = model.terms("ring", "all_reduce", 4, 4 << 20, "shm", cut)
+    assert (whole[1], whole[6]) == (12, 6) and (segs[1], segs[6]) == (48, 6)
+    for c in (cal, cut):
+        slow = dataclasses.replace(c, transports={
+            **c.transports, "shm": dataclasses.replace(c.transports["shm"], step=1e-3)})
+        gap = (model.predict("ring", "all_reduce", 4, 4 << 20, "shm", slow)
+               - model.predict("ring", "all_reduce", 4, 4 << 20, "shm", c))
+        assert gap == pytest.approx(6 * 1e-3, rel=1e-9), c.chunk_bytes
+    # one rank moves nothing: no rounds
+    assert model.terms("ring", "all_reduce", 1, 4096, "shm", cal)[6] == 0
 
 
 def test_staging_copies_by_hand():
@@ -103,12 +124,12 @@ def test_staging_copies_by_hand():
 
 def test_fit_recovers_constants():
     true = dataclasses.replace(CAL, transports={
-        "shm": model.LinkCost(overhead=7e-6, alpha=2e-6, beta=9e-11, wake=5e-6)})
+        "shm": model.LinkCost(overhead=7e-6, alpha=2e-6, beta=9e-11, wake=5e-6, step=3e-6)})
     rows = [{"algo": a, "collective": c, "p": p, "size": s, "transport": "shm",
              "time_s": model.predict(a, c, p, s, "shm", true)}
             for a, c in CASES[:6] for p in (2, 4) for s in (8, 4096, 1 << 20, 16 << 20)]
     got = fit.fit_link(rows, "shm", CAL)
-    for k in ("overhead", "alpha", "beta", "wake"):
+    for k in ("overhead", "alpha", "beta", "wake", "step"):
         assert getattr(got, k) == pytest.approx(getattr(true.transports["shm"], k), rel=1e-6), k
 
 
@@ -129,6 +150,31 @@ def test_auto_resolves_to_the_predicted_fastest(p, transport):
             assert why.startswith("auto: predicted fastest (model defaults"), why
             t = {a: model.predict(a, coll, p, b, transport, model.DEFAULTS) for a in algos}
             assert t[got] == min(t.values()), (coll, b, got, t)
+
+
+def test_report_verdicts_by_hand():
+    from ringcoll.model.__main__ import report
+
+    # p = 2, shm, all-reduce at two sizes; times made up. At 8 B: auto's choice
+    # (whatever the defaults pick) is measured against the best; the other run's
+    # fastest was tree, 1.5x this run's best (rhd) -> one repeat miss of two.
+    value = auto.resolve("auto", 2, "shm", model.DEFAULTS)
+    chose = {b: auto.select(value, "all_reduce", b) for b in (8, 1 << 20)}
+    times = {8: {"ring": 3e-5, "rhd": 2e-5, "tree": 3e-5},
+             1 << 20: {"ring": 1e-3, "rhd": 1.1e-3, "tree": 1e-3}}
+    for b, c in chose.items():
+        times[b].setdefault(c, 1.0)  # a pick no row measured would be nan: make it slow
+    rows = [{"transport": "shm", "p": 2, "collective": "all_reduce", "size": b, "algo": a,
+             "time_s": t} for b, ts in times.items() for a, t in ts.items()]
+    other = [dict(r, time_s=1e-6 if (r["size"], r["algo"]) in ((8, "tree"), (1 << 20, "ring"))
+                  else 1.0) for r in rows]
+    text, summary = report(rows, model.DEFAULTS, "# test", other)
+    ok = sum(times[b][c] / min(times[b].values()) <= 1.15 for b, c in chose.items())
+    assert summary["auto_within_15pct"] == f"{ok}/2"
+    assert summary["repeat_within_15pct"] == "1/2"
+    assert "repeat/best" in text and "1.50" in text
+    _, plain = report(rows, model.DEFAULTS, "# test")
+    assert "repeat_within_15pct" not in plain
 
 
 def test_auto_per_collective_and_errors():

@@ -26,6 +26,14 @@ ringcoll.model` judge):
              them, but each step's segments wait for the previous step's, so on
              this critical path the per-step maximum is the simple, slightly
              pessimistic choice (forwarding, which saves a copy, is not credited).
+  * rounds   Every step in which anything moves also costs `step` once: the
+             latency of one round of hand-offs (the receiver noticing what the
+             sender published), paid once however many messages the step carries,
+             while alpha is what each message costs its two ends. When ranks
+             outnumber cores a round waits for a rank to be scheduled again: on
+             this 2-core VM 4 ranks over shm take 33 us (oneshot, 4 rounds with the
+             header) to 91 us (ring, 7 rounds) for the same 512-byte all-reduce
+             (benchmarks/results/model-cpu.txt).
   * header   With RINGCOLL_FINGERPRINT on (the default) every call opens with one
              64-byte header to and from each peer of the rank's schedule and each of
              its ring neighbours: a step of its own, counted the same way.
@@ -52,8 +60,8 @@ A size is the collective's buffer as ringcoll.bench counts it (the all-reduce
 tensor, the whole reduce-scatter input, the whole all-gather output, the broadcast
 tensor), cut into elements of the dtype (float32 unless said otherwise).
 
-Calibration (`python -m ringcoll.model --calibrate`) fits overhead, alpha, beta and
-wake per transport by least squares over measured calls (relative error, the
+Calibration (`python -m ringcoll.model --calibrate`) fits overhead, alpha, beta,
+wake and step per transport by least squares over measured calls (relative error, the
 counts above as the design matrix), times the CPU reducer for gamma per dtype and
 a memcpy for copy.
 A calibration is a small JSON file (see Calibration); RINGCOLL_MODEL names the one
@@ -91,11 +99,12 @@ class CalibrationError(ValueError):
 @dataclass
 class LinkCost:
     """One transport's constants, in seconds (per call, per message end, per byte
-    end, per message when ranks outnumber cores)."""
+    end, per message when ranks outnumber cores, per step in which anything moves)."""
     overhead: float
     alpha: float
     beta: float
     wake: float = 0.0
+    step: float = 0.0
 
 
 @dataclass
@@ -131,12 +140,13 @@ class Calibration:
 # transports and between per-call, per-message and per-byte terms matter for the
 # choice more than the absolute figures.
 DEFAULTS = Calibration(
-    transports={"shm": LinkCost(overhead=2.1e-5, alpha=0.0, beta=8.2e-11),
-                "shm/crowded": LinkCost(overhead=1.6e-4, alpha=7.2e-7, beta=1.4e-10, wake=7.2e-7),
-                "gloo": LinkCost(overhead=4.5e-4, alpha=6.1e-5, beta=4.1e-10),
-                "gloo/crowded": LinkCost(overhead=7.5e-4, alpha=0.0, beta=3.1e-10, wake=9.5e-5)},
-    gamma={"float32": 4.3e-11, "float64": 5.2e-11, "float16": 5.9e-11, "bfloat16": 5.4e-11},
-    copy=8.7e-11, cores=os.cpu_count() or 1, source="defaults")
+    transports={"shm": LinkCost(overhead=1.0e-5, alpha=2.1e-7, beta=3.4e-11),
+                "shm/crowded": LinkCost(overhead=1.5e-5, alpha=8.2e-7, beta=7.6e-11, step=1.1e-5),
+                "gloo": LinkCost(overhead=2.6e-4, alpha=5.7e-5, beta=3.4e-10, step=2.6e-6),
+                "gloo/crowded": LinkCost(overhead=4.2e-4, alpha=0.0, beta=2.6e-10, wake=6.4e-5,
+                                         step=2.0e-5)},
+    gamma={"float32": 5.1e-11, "float64": 5.1e-11, "float16": 4.8e-11, "bfloat16": 4.9e-11},
+    copy=5.8e-11, cores=os.cpu_count() or 1, source="defaults")
 
 
 def from_json(d: dict, source: str) -> Calibration:
@@ -149,7 +159,8 @@ def from_json(d: dict, source: str) -> Calibration:
         links = {}
         for name, v in d["transports"].items():
             links[name] = LinkCost(**{k: float(v[k]) for k in ("overhead", "alpha", "beta")},
-                                   wake=float(v.get("wake", 0.0)))
+                                   wake=float(v.get("wake", 0.0)),
+                                   step=float(v.get("step", 0.0)))
         gamma = {k: float(v) for k, v in d["gamma"].items()}
         cores = int(d["cores"])
         copy = float(d.get("copy", DEFAULT_COPY))
@@ -256,9 +267,10 @@ def loads(algo, collective, p, nbytes, dtype="float32", chunk_bytes=DEFAULT_CHUN
 
 
 def step_terms(load: np.ndarray, link: LinkCost, gamma: float, cores: int) -> np.ndarray:
-    """The critical path of one step's load (p, 3) as coefficients of (overhead,
-    alpha, beta, gamma, wake): the slowest rank's counts, or, when ranks outnumber
-    cores and their work spread over the cores takes longer, the sums / cores."""
+    """The critical path of one step's load (p, 3) as coefficients of terms()'s
+    constants: the slowest rank's counts, or, when ranks outnumber cores and their
+    work spread over the cores takes longer, the sums / cores; and one round if
+    anything moves."""
     p = load.shape[0]
     wake = link.wake if p > cores else 0.0
     cost = (link.alpha + wake) * load[:, 0] + link.beta * load[:, 1] + gamma * load[:, 2]
@@ -266,7 +278,8 @@ def step_terms(load: np.ndarray, link: LinkCost, gamma: float, cores: int) -> np
     row = load[r]
     if p > cores and cost.sum() / cores > cost[r]:
         row = load.sum(axis=0) / cores
-    return np.array([0.0, row[0], row[1], row[2], row[0] if p > cores else 0.0])
+    moves = 1.0 if load[:, 0].any() else 0.0
+    return np.array([0.0, row[0], row[1], row[2], row[0] if p > cores else 0.0, 0.0, moves])
 
 
 def staging_term(copied: np.ndarray, cores: int) -> float:
@@ -283,14 +296,14 @@ def staging_term(copied: np.ndarray, cores: int) -> float:
 
 def terms(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float32"):
     """The call's cost as counts: (1, alpha msgs, beta bytes, gamma bytes, wake msgs,
-    copy bytes) along its critical path under `cal`; predict() is their dot product
-    with the constants."""
+    copy bytes, steps) along its critical path under `cal`; predict() is their dot
+    product with the constants."""
     link = cal.link(transport, p)
     g = cal.gamma.get(dtype, cal.gamma["float32"])
     ld = loads(algo, collective, p, nbytes, dtype, cal.chunk_bytes, cal.fingerprint)
-    t = np.array([1.0, 0, 0, 0, 0, 0])
+    t = np.array([1.0, 0, 0, 0, 0, 0, 0])
     for step in ld:
-        t[:5] += step_terms(step, link, g, cal.cores)
+        t += step_terms(step, link, g, cal.cores)
     elem = DTYPE_BYTES[dtype]
     if p > 1:
         t[5] = staging_term(staging_bytes(collective, p, elements(collective, nbytes, p, elem),
@@ -301,7 +314,7 @@ def terms(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float
 def constants(transport, cal: Calibration, dtype="float32", p: int = 1) -> np.ndarray:
     link = cal.link(transport, p)
     return np.array([link.overhead, link.alpha, link.beta,
-                     cal.gamma.get(dtype, cal.gamma["float32"]), link.wake, cal.copy])
+                     cal.gamma.get(dtype, cal.gamma["float32"]), link.wake, cal.copy, link.step])
 
 
 def predict(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float32") -> float:

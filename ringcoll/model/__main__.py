@@ -14,7 +14,7 @@ measurements (.json) and a plot of both (.png) at --out.
 
 --calibrate: times gamma per dtype and copy, measures p = 2 and 4 (4 ranks on this 2-core
 machine calibrate `wake`, the price of ranks outnumbering cores), fits overhead,
-alpha, beta, wake per transport (ringcoll.model.fit) and writes the calibration
+alpha, beta, wake, step per transport (ringcoll.model.fit) and writes the calibration
 JSON (default benchmarks/results/model-cpu.json; use it with RINGCOLL_MODEL=path).
 """
 
@@ -65,6 +65,10 @@ def parse_args(argv=None):
     ap.add_argument("--from", dest="from_json", default=None,
                     help="measurements saved by earlier runs (their .json, comma separated): "
                          "report (or, with --calibrate, fit) them instead of measuring")
+    ap.add_argument("--repeat-of", default=None,
+                    help="measurements of the same points from another run (.json, comma "
+                         "separated; the calibration's, say): the report adds how its fastest "
+                         "algorithm per point fares in this run, the machine's repeatability")
     ap.add_argument("--out", default="bench-out/model",
                     help="prefix of the .txt, .json and .png written (default bench-out/model)")
     a = ap.parse_args(argv)
@@ -120,7 +124,7 @@ def calibrate(a) -> int:
                 "machine": machine(), "nproc": a.nproc, "measurements": a.from_json or "live", "collectives": a.collectives,
                 "sizes": a.sizes, "units": "seconds; alpha per message end, beta per byte "
                 "end, gamma per byte reduced, wake per message when p > cores, copy per "
-                "byte staged",
+                "byte staged, step per step in which anything moves",
                 "median_error": _median_error(rows, cal)}
     save(cal, out)
     if not a.from_json:  # the measurements, for --from
@@ -153,9 +157,24 @@ def _median_error(rows, cal) -> float:
     return statistics.median(errs) if errs else float("nan")
 
 
-def report(rows, cal: Calibration, header: str) -> tuple[str, dict]:
-    """The tables (text) and a summary dict."""
+def _best_of(rows) -> dict:
+    """(transport, p, collective, size) -> the fastest measured algorithm (auto aside)."""
+    by = {}
+    for r in rows:
+        if r["algo"] != "auto":
+            by.setdefault((r["transport"], r["p"], r["collective"], r["size"]), {})[
+                r["algo"]] = r["time_s"]
+    return {k: min(v, key=v.get) for k, v in by.items()}
+
+
+def report(rows, cal: Calibration, header: str, repeat=None) -> tuple[str, dict]:
+    """The tables (text) and a summary dict. `repeat`: the rows of another run of
+    the same points (the calibration's, say): its fastest algorithm per point,
+    measured in this run, over this run's fastest (repeat/best) is what a perfect
+    predictor scores here, so it shows how far the machine repeats itself."""
     from . import providers
+
+    other = _best_of(repeat) if repeat else {}
 
     out = [header, f"# model: {cal.source}", "# cells: measured us / predicted us / "
            "predicted/measured", ""]
@@ -191,9 +210,13 @@ def report(rows, cal: Calibration, header: str) -> tuple[str, dict]:
     out.append("")
     out.append("# auto: the algorithm the model picks at each size (RINGCOLL_ALGO=auto), its "
                "measured time over the best measured algorithm's (chose/best), and the "
-               "auto group's own measured time over the best (auto/best)")
+               "auto group's own measured time over the best (auto/best)" + (
+                   "; repeat/best: the fastest algorithm of the other run (--repeat-of), "
+                   "measured here, over the best: a perfect predictor's score" if other else ""))
     out.append(f"#{'transport':>9} {'p':>2} {'collective':>14} {'size':>10} {'chose':>8} "
-               f"{'best':>8} {'best us':>9} {'chose/best':>10} {'auto/best':>9}")
+               f"{'best':>8} {'best us':>9} {'chose/best':>10} {'auto/best':>9}"
+               + (f" {'repeat':>8} {'repeat/best':>11}" if other else ""))
+    repeats = []
     for (t, p, coll), sizes in sorted(by.items()):
         value = auto_mod.resolve("auto", p, t, cal)
         for size in sorted(sizes):
@@ -205,13 +228,24 @@ def report(rows, cal: Calibration, header: str) -> tuple[str, dict]:
             cb = meas[chose] / meas[best] if chose in meas else float("nan")
             ab = sizes[size]["auto"] / meas[best] if "auto" in sizes[size] else float("nan")
             autos.append(cb)
-            out.append(f" {t:>9} {p:2d} {coll:>14} {size:10d} {chose:>8} {best:>8} "
-                       f"{meas[best] * 1e6:9.1f} {cb:10.2f} {ab:9.2f}")
+            line = (f" {t:>9} {p:2d} {coll:>14} {size:10d} {chose:>8} {best:>8} "
+                    f"{meas[best] * 1e6:9.1f} {cb:10.2f} {ab:9.2f}")
+            rep = other.get((t, p, coll, size))
+            if rep in meas:
+                repeats.append(meas[rep] / meas[best])
+                line += f" {rep:>8} {repeats[-1]:11.2f}"
+            out.append(line)
     within = sum(1 for x in autos if x <= 1.15)
     summary["auto_within_15pct"] = f"{within}/{len(autos)}"
     summary["auto_worst"] = max(autos) if autos else None
     out.append(f"# auto's choice within 15% of the best measured: {within}/{len(autos)} sizes; "
                f"worst chose/best {summary['auto_worst']:.2f}")
+    if repeats:
+        rw = sum(1 for x in repeats if x <= 1.15)
+        summary["repeat_within_15pct"] = f"{rw}/{len(repeats)}"
+        out.append(f"# the other run's fastest algorithm within 15% of this run's: {rw}/"
+                   f"{len(repeats)} sizes; worst repeat/best {max(repeats):.2f} (the "
+                   "machine's repeatability: what a predictor that knew the other run scores)")
     return "\n".join(out) + "\n", summary
 
 
@@ -270,7 +304,8 @@ def compare(a) -> int:
         header = (f"# python -m ringcoll.model {' '.join(sys.argv[1:])}\n# machine: {machine()}\n"
                   f"# method: ringcoll.bench's runner, budget {a.budget} s, {a.runs} runs per "
                   "point; per run the slowest rank's median per-call time; the median of runs")
-    text, summary = report(rows, cal, header)
+    repeat = _saved(a.repeat_of)[0] if a.repeat_of else None
+    text, summary = report(rows, cal, header, repeat)
     print(text)
     if os.path.dirname(a.out):
         os.makedirs(os.path.dirname(a.out), exist_ok=True)

@@ -1,9 +1,9 @@
 """Fitting a transport's constants to measured calls.
 
-The model is linear in (overhead, alpha, beta, gamma, wake) once each step's
+The model is linear in its constants (overhead, alpha, beta, gamma, wake, copy, step) once each step's
 critical rank is fixed, but which rank is critical depends on the constants. So:
 start from the current constants, take every measured call's terms (model.terms),
-solve for overhead, alpha, beta and wake by least squares on the relative error
+solve for overhead, alpha, beta, wake and step by least squares on the relative error
 (each row divided by the measured time, since sizes span five orders of magnitude
 and the target is a relative error; reweighted towards the least absolute error,
 which outliers pull less), with gamma and copy (staging's memcpy) held at their
@@ -22,7 +22,7 @@ import numpy as np
 
 from . import Calibration, LinkCost, terms
 
-FREE = (0, 1, 2, 4)  # overhead, alpha, beta, wake; gamma (3) and copy (5) are measured apart
+FREE = (0, 1, 2, 4, 6)  # overhead, alpha, beta, wake, step; gamma (3), copy (5) measured apart
 
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
