@@ -12,8 +12,8 @@ how the algorithm it chose measured against the best measured one; then the medi
 prediction error (|predicted/measured - 1|). Writes the table (.txt), the
 measurements (.json) and a plot of both (.png) at --out.
 
---calibrate: times gamma per dtype and copy, measures p = 2 and 4 (4 ranks on this 2-core
-machine calibrate `wake`, the price of ranks outnumbering cores), fits overhead,
+--calibrate: times gamma per dtype and copy, measures p = 2, 3 and 4 (3 and 4 ranks on
+this 2-core machine calibrate the price of ranks outnumbering cores), fits overhead,
 alpha, beta, wake, step per transport (ringcoll.model.fit) and writes the calibration
 JSON (default benchmarks/results/model-cpu.json; use it with RINGCOLL_MODEL=path).
 """
@@ -52,7 +52,7 @@ def parse_args(argv=None):
                     help="calibration JSON (default: $RINGCOLL_MODEL, else the built-in "
                          "constants); with --calibrate, where to write it (default "
                          f"{DEFAULT_OUT})")
-    ap.add_argument("--nproc", default=None, help="world sizes (default 2,3,4; calibrate 2,4)")
+    ap.add_argument("--nproc", default=None, help="world sizes (default 2,3,4)")
     ap.add_argument("--collectives", default="all_reduce,reduce_scatter,all_gather,broadcast")
     ap.add_argument("--transports", default="shm,gloo")
     ap.add_argument("-b", "--minbytes", type=parse_size, default=8)
@@ -77,7 +77,7 @@ def parse_args(argv=None):
     for t in a.transports:
         if t not in TRANSPORTS:
             ap.error(f"unknown transport {t!r} (known: {', '.join(TRANSPORTS)})")
-    a.nproc = [int(x) for x in (a.nproc or ("2,4" if a.calibrate else "2,3,4")).split(",")]
+    a.nproc = [int(x) for x in (a.nproc or "2,3,4").split(",")]
     a.sizes = _sizes(a.minbytes, a.maxbytes, a.stepfactor)
     return a
 
@@ -157,14 +157,19 @@ def _median_error(rows, cal) -> float:
     return statistics.median(errs) if errs else float("nan")
 
 
-def _best_of(rows) -> dict:
-    """(transport, p, collective, size) -> the fastest measured algorithm (auto aside)."""
+def _by_point(rows) -> dict:
+    """(transport, p, collective) -> size -> algo -> measured seconds."""
     by = {}
     for r in rows:
-        if r["algo"] != "auto":
-            by.setdefault((r["transport"], r["p"], r["collective"], r["size"]), {})[
-                r["algo"]] = r["time_s"]
-    return {k: min(v, key=v.get) for k, v in by.items()}
+        by.setdefault((r["transport"], r["p"], r["collective"]), {}).setdefault(
+            r["size"], {})[r["algo"]] = r["time_s"]
+    return by
+
+
+def _fastest(times: dict) -> dict:
+    """The measured algorithms of one point (auto aside) and the fastest of them."""
+    meas = {a: v for a, v in times.items() if a != "auto"}
+    return meas, (min(meas, key=meas.get) if meas else None)
 
 
 def report(rows, cal: Calibration, header: str, repeat=None) -> tuple[str, dict]:
@@ -174,14 +179,12 @@ def report(rows, cal: Calibration, header: str, repeat=None) -> tuple[str, dict]
     predictor scores here, so it shows how far the machine repeats itself."""
     from . import providers
 
-    other = _best_of(repeat) if repeat else {}
+    other = {(*k, size): _fastest(times)[1] for k, sizes in _by_point(repeat or []).items()
+             for size, times in sizes.items()}
 
     out = [header, f"# model: {cal.source}", "# cells: measured us / predicted us / "
            "predicted/measured", ""]
-    by = {}
-    for r in rows:
-        by.setdefault((r["transport"], r["p"], r["collective"]), {}).setdefault(
-            r["size"], {})[r["algo"]] = r["time_s"]
+    by = _by_point(rows)
     errs, per, autos = [], {}, []
     for (t, p, coll), sizes in sorted(by.items()):
         algos = providers(coll)
@@ -220,11 +223,10 @@ def report(rows, cal: Calibration, header: str, repeat=None) -> tuple[str, dict]
     for (t, p, coll), sizes in sorted(by.items()):
         value = auto_mod.resolve("auto", p, t, cal)
         for size in sorted(sizes):
-            meas = {a: v for a, v in sizes[size].items() if a != "auto"}
-            if not meas:
+            meas, best = _fastest(sizes[size])
+            if best is None:
                 continue
             chose = auto_mod.select(value, coll, size)
-            best = min(meas, key=meas.get)
             cb = meas[chose] / meas[best] if chose in meas else float("nan")
             ab = sizes[size]["auto"] / meas[best] if "auto" in sizes[size] else float("nan")
             autos.append(cb)
