@@ -44,6 +44,24 @@ def test_sweep_and_sizes():
     assert records.count_for(records.RECORDS["all_reduce"], 100, 3, 4) == 25
 
 
+@pytest.mark.parametrize("op", ["sum", "prod", "min", "max", "avg"])
+def test_tiled_inputs_equal_the_element_by_element_definition(op):
+    def direct(rank, p, n, salt=0):  # the definition, one element at a time
+        vals = []
+        for i in range(salt, salt + n):
+            vals.append(1 + ((i + rank) % 4 == 0) if op == "prod" else
+                        p * ((3 * i + rank) % 4 + 1) if op == "avg" else (7 * i + 3 * rank) % 5 + 1)
+        return torch.tensor(vals, dtype=torch.float64)
+
+    for p in (1, 2, 3, 7):
+        for n in (0, 1, p - 1, p + 1, records.PERIOD + 1, 3 * records.PERIOD + 7):
+            ins = [direct(r, p, n) for r in range(p)]
+            for r in range(p):
+                assert torch.equal(records.element_input(r, p, n, op), ins[r]), (p, n, r)
+                assert torch.equal(records.element_input(r, p, n, op, salt=r), direct(r, p, n, r))
+            assert torch.equal(records.reduced_input(p, n, op), records.reduce_ref(ins, op, p))
+
+
 def test_measurement_is_median_of_runs_with_min_max_spread():
     m = records.measurement("all_reduce", 8_000, 2, [2e-3, 1e-3, 4e-3], calls=7, wrong=0)
     assert m["time_us"] == pytest.approx(2000) and m["calls"] == 7
@@ -101,6 +119,20 @@ def ranks_agree_on_counts(rank, p):
     return proposals, worst.tolist(), len(slow), len(fast), got, late_calls
 
 
+def rotated_order():
+    """The order three backends run in when the caller shifts the rotation by 1
+    (ringcoll.model's passes): warm-ups in order, then run 0 from b, run 1 from c."""
+    order = []
+
+    def case(name):
+        return records.Case(lambda: order.append(name) or _Done(), torch.zeros(1), None,
+                            lambda: None)
+
+    args = SimpleNamespace(warmup=1, budget=0.0, runs=2, iters=1, max_calls=1, rotation=1)
+    runner.measure({n: case(n) for n in "abc"}, args, "cpu", None)
+    return "".join(order)
+
+
 def bad_transport_reaches_ringcoll():
     try:
         runner.make_groups(["ringcoll"], "cpu", transport="no-such-transport")
@@ -110,7 +142,7 @@ def bad_transport_reaches_ringcoll():
 
 
 def runner_in_a_world(rank, p):
-    return ranks_agree_on_counts(rank, p), bad_transport_reaches_ringcoll()
+    return ranks_agree_on_counts(rank, p), bad_transport_reaches_ringcoll(), rotated_order()
 
 
 @pytest.fixture(scope="module")
@@ -120,12 +152,17 @@ def world_results():
 
 
 def test_transport_is_passed_to_ringcoll(world_results):
-    for _, err in world_results:
+    for _, err, _ in world_results:
         assert err is not None and "no-such-transport" in err
 
 
+def test_a_shifted_rotation_starts_later_in_the_order(world_results):
+    for _, _, order in world_results:
+        assert order == "abc" + "bca" + "cab"
+
+
 def test_ranks_agree_on_call_counts_and_report_the_slowest(world_results):
-    results = [agreement for agreement, _ in world_results]
+    results = [agreement for agreement, _, _ in world_results]
     for proposals, worst, _, _, _, late_calls in results:
         assert proposals == [10, 99]
         assert worst == [[1.0, 3.0]]

@@ -73,24 +73,44 @@ def parse_size(text: str) -> int:
     return int(float(t[:-1] if mult > 1 else t) * mult)
 
 
+# Every input below repeats with this period (5 for sum, min, max; 4 for prod, avg),
+# and so does every reduction of them: inputs and expected results are computed
+# on one period and tiled, not element by element (a 64 MiB case at p = 4 took
+# about a second per algorithm to build the other way).
+PERIOD = 20
+
+
+def _tile(t: torch.Tensor, n: int) -> torch.Tensor:
+    """The first n elements of t repeated (t holds one or more whole periods)."""
+    if n <= t.numel():
+        return t[:n].clone()
+    return t.repeat(-(-n // t.numel()))[:n]
+
+
 def element_input(rank: int, p: int, n: int, op: str, salt: int = 0) -> torch.Tensor:
     """Small integers, exact in any float dtype for any reduction order: values
     1..5 (sum over p ranks <= 5p), {1, 2} for prod with at most ceil(p/4) twos per
     element, multiples of p for avg so the mean is an integer."""
-    i = torch.arange(n, dtype=torch.int64) + salt
+    i = torch.arange(min(n, PERIOD), dtype=torch.int64) + salt
     if op == "prod":
         v = 1 + (((i + rank) % 4) == 0).to(torch.int64)
     elif op == "avg":
         v = p * (((3 * i + rank) % 4) + 1)
     else:
         v = ((7 * i + 3 * rank) % 5) + 1
-    return v.to(torch.float64)
+    return _tile(v.to(torch.float64), n)
 
 
 def reduce_ref(inputs: list[torch.Tensor], op: str, p: int) -> torch.Tensor:
     s = torch.stack(inputs)
     return {"sum": lambda: s.sum(0), "prod": lambda: s.prod(0), "min": lambda: s.min(0).values,
             "max": lambda: s.max(0).values, "avg": lambda: s.sum(0) / p}[op]()
+
+
+def reduced_input(p: int, n: int, op: str) -> torch.Tensor:
+    """reduce_ref of every rank's element_input(r, p, n, op), computed on one period."""
+    m = min(n, PERIOD)
+    return _tile(reduce_ref([element_input(r, p, m, op) for r in range(p)], op, p), n)
 
 
 def torch_op(op: str):
@@ -119,10 +139,9 @@ class Record:
 def _all_reduce(rank, p, count, dtype, op, device, inplace, group) -> Case | None:
     if not inplace:
         return None  # torch's all_reduce is in place only
-    inputs = [element_input(r, p, count, op) for r in range(p)]
-    src = inputs[rank].to(dtype).to(device)
+    src = element_input(rank, p, count, op).to(dtype).to(device)
     x = src.clone()
-    exp = reduce_ref(inputs, op, p).to(dtype).to(device)
+    exp = reduced_input(p, count, op).to(dtype).to(device)
 
     def reset():
         x.copy_(src)
@@ -148,11 +167,10 @@ def _all_gather(rank, p, count, dtype, op, device, inplace, group) -> Case:
 
 def _reduce_scatter(rank, p, count, dtype, op, device, inplace, group) -> Case:
     m = count // p
-    inputs = [element_input(r, p, m * p, op) for r in range(p)]
-    src = inputs[rank].to(dtype).to(device)
+    src = element_input(rank, p, m * p, op).to(dtype).to(device)
     inp = src.clone()
     out = inp[rank * m:(rank + 1) * m] if inplace else torch.empty(m, dtype=dtype, device=device)
-    exp = reduce_ref(inputs, op, p)[rank * m:(rank + 1) * m].to(dtype).to(device)
+    exp = reduced_input(p, m * p, op)[rank * m:(rank + 1) * m].to(dtype).to(device)
 
     def reset():
         inp.copy_(src)

@@ -144,6 +144,10 @@ def measure(cases: dict, args, device: str, meta) -> dict:
     one point; `cases` maps backend -> records.Case, the same point for every
     backend. Every rank must call this with the same backends in the same order."""
     names = list(cases)
+    # Where the order of backends starts rotating: a caller that measures the same
+    # point in several calls (ringcoll.model's passes) shifts it per call, so that
+    # every backend goes first after the barrier in turn across calls too.
+    shift = getattr(args, "rotation", 0)
     est, spent = [], [0.0] * len(names)
     for b in names:
         warm = time_calls(cases[b].run, max(1, args.warmup), device)
@@ -156,7 +160,7 @@ def measure(cases: dict, args, device: str, meta) -> dict:
                                             est[j], args.iters, args.max_calls)
                               for j in range(len(names))], meta)
         for k in range(len(names)):
-            j = (i + k) % len(names)  # rotate who goes first after the barrier
+            j = (shift + i + k) % len(names)  # rotate who goes first after the barrier
             dist.barrier(group=meta)
             ts = time_calls(cases[names[j]].run, counts[j], device)
             per_run[j, i] = statistics.median(ts)
