@@ -11,7 +11,8 @@ benchmarks/results/model-*.txt).
   auto entries are clear errors; a real 2-rank group with RINGCOLL_ALGO=auto runs
   and logs why;
 - the report's verdicts (auto's choice against the fastest measured, and another
-  run's fastest against this run's) counted by hand on made-up rows;
+  run's fastest against this run's) counted by hand on made-up rows, and the
+  passes of a measurement pooled into one row per point;
 - the simulator refuses a broken schedule (the checker's mutation), and runs 1024
   ranks on two link classes.
 """
@@ -150,6 +151,25 @@ def test_auto_resolves_to_the_predicted_fastest(p, transport):
             assert why.startswith("auto: predicted fastest (model defaults"), why
             t = {a: model.predict(a, coll, p, b, transport, model.DEFAULTS) for a in algos}
             assert t[got] == min(t.values()), (coll, b, got, t)
+
+
+def test_passes_pool_every_run_of_a_point():
+    from ringcoll.model import measure
+
+    def row(algo, runs, calls):
+        return {"collective": "all_reduce", "p": 2, "transport": "shm", "algo": algo,
+                "size": 8, "time_s": runs[0], "runs_s": runs, "calls": calls}
+
+    got = measure.pool([[row("ring", [3.0], 10), row("tree", [1.0], 5)],
+                        [row("ring", [1.0], 20)],
+                        [row("tree", [2.0, 9.0], 7), row("ring", [2.0], 30)]])
+    by = {r["algo"]: r for r in got}
+    assert [r["algo"] for r in got] == ["ring", "tree"]  # the first pass's order
+    assert by["ring"]["runs_s"] == [3.0, 1.0, 2.0] and by["ring"]["time_s"] == 2.0
+    assert by["ring"]["calls"] == 60
+    assert by["tree"]["runs_s"] == [1.0, 2.0, 9.0] and by["tree"]["time_s"] == 2.0
+    with pytest.raises(ValueError, match="passes must be >= 1, got 0"):
+        measure.run([2], ["all_reduce"], [8], ["shm"], passes=0)
 
 
 def test_report_verdicts_by_hand():

@@ -10,7 +10,10 @@ prints per (transport, p, collective) a table of measured time, predicted time a
 predicted/measured per algorithm and size, then what auto chose at each size and
 how the algorithm it chose measured against the best measured one; then the median
 prediction error (|predicted/measured - 1|). Writes the table (.txt), the
-measurements (.json) and a plot of both (.png) at --out.
+measurements (.json) and a plot of both (.png) at --out. The sweep is made
+--passes times (5), one run per point each (-R), and a point's runs pooled:
+spread over the whole measurement, they are not all taken in one slow minute of a
+shared machine (ringcoll.model.measure).
 
 --calibrate: times gamma per dtype and copy, measures p = 2, 3 and 4 (3 and 4 ranks on
 this 2-core machine calibrate the price of ranks outnumbering cores), fits overhead,
@@ -59,8 +62,13 @@ def parse_args(argv=None):
     ap.add_argument("-e", "--maxbytes", type=parse_size, default=64 << 20)
     ap.add_argument("-f", "--stepfactor", type=float, default=8.0)
     ap.add_argument("--budget", type=float, default=0.05,
-                    help="seconds of timed calls per point and algorithm (bench --budget)")
-    ap.add_argument("-R", "--runs", type=int, default=3)
+                    help="seconds of timed calls per point and algorithm, shared by the passes "
+                         "(bench --budget)")
+    ap.add_argument("-R", "--runs", type=int, default=1, help="runs per point in each pass")
+    ap.add_argument("--passes", type=int, default=5,
+                    help="times the whole sweep is made, the runs of a point pooled (a slow "
+                         "minute of the machine then costs one run of a point, not all; "
+                         "ringcoll.model.measure)")
     ap.add_argument("--no-auto", action="store_true", help="do not measure RINGCOLL_ALGO=auto")
     ap.add_argument("--from", dest="from_json", default=None,
                     help="measurements saved by earlier runs (their .json, comma separated): "
@@ -108,7 +116,7 @@ def calibrate(a) -> int:
         rows = [r for r in _saved(a.from_json)[0] if r["p"] in a.nproc]
     else:
         rows = measure.run(a.nproc, a.collectives, a.sizes, a.transports, auto=False,
-                           budget=a.budget, runs=a.runs)
+                           budget=a.budget, runs=a.runs, passes=a.passes)
     start = load(None)
     cal = Calibration(dict(start.transports), gammas, cores, source=out,
                       copy=statistics.median(measure.copy() for _ in range(5)))
@@ -302,10 +310,11 @@ def compare(a) -> int:
                   + header)
     else:
         rows = measure.run(a.nproc, a.collectives, a.sizes, a.transports, auto=not a.no_auto,
-                           budget=a.budget, runs=a.runs, model_path=a.model)
+                           budget=a.budget, runs=a.runs, model_path=a.model, passes=a.passes)
         header = (f"# python -m ringcoll.model {' '.join(sys.argv[1:])}\n# machine: {machine()}\n"
-                  f"# method: ringcoll.bench's runner, budget {a.budget} s, {a.runs} runs per "
-                  "point; per run the slowest rank's median per-call time; the median of runs")
+                  f"# method: ringcoll.bench's runner, budget {a.budget} s over {a.passes} "
+                  f"passes of the whole sweep, {a.runs} runs per point in each; per run the "
+                  "slowest rank's median per-call time; the median of all runs")
     repeat = _saved(a.repeat_of)[0] if a.repeat_of else None
     text, summary = report(rows, cal, header, repeat)
     print(text)

@@ -8,6 +8,16 @@ ringcoll.bench.runner.measure: per-call synchronous timing, the slowest rank's
 median per run, the median over runs. A row: collective, p, transport, algo, size
 (bytes, as the bench counts them), time_s, runs_s.
 
+Passes: with passes = k the whole sweep (every world size, in a fresh world each
+time) is made k times, each pass taking `runs` runs of every point with budget / k;
+a point's row pools the runs of all passes (runs_s) and reports their median. Why:
+on the shared VM of benchmarks/results small calls switch between a fast and a
+slow mode for minutes at a time (7 vs 11 us for an 8-byte shm all-reduce at p = 2,
+the same for every algorithm), so runs taken back to back all see the mode of
+their minute and a whole world size can read 1.5x slow; runs spread over the
+whole measurement see the machine's usual mode in most passes, and their median
+ignores the passes that did not.
+
 gamma (seconds per byte reduced) is timed in this process: the CPU reducer's
 in-place sum of two buffers of `nbytes`, one thread, median of several calls; copy
 (seconds per byte a collective's entry copies) likewise, from ringcoll.bench's
@@ -112,22 +122,50 @@ def world(args, meta):
     return rows, float("nan")
 
 
+def pool(passes: list[list[dict]]) -> list[dict]:
+    """One row per point from the rows of several passes over the same points: their
+    runs_s joined, time_s their median, calls summed (the module docstring's passes)."""
+    rows, at = [], {}
+    for got in passes:
+        for r in got:
+            k = (r["collective"], r["p"], r["transport"], r["algo"], r["size"])
+            if k not in at:
+                at[k] = len(rows)
+                rows.append(dict(r, runs_s=list(r["runs_s"])))
+            else:
+                row = rows[at[k]]
+                row["runs_s"] += r["runs_s"]
+                row["calls"] += r["calls"]
+    for row in rows:
+        row["time_s"] = statistics.median(row["runs_s"])
+    return rows
+
+
 def run(nprocs, collectives, sizes, transports, auto=False, budget=0.1, runs=3, iters=3,
-        warmup=3, max_calls=2000, model_path=None, verbose=True) -> list[dict]:
+        warmup=2, max_calls=2000, model_path=None, verbose=True, passes=1) -> list[dict]:
     """Rows for every world size in `nprocs` (see the module docstring)."""
     from .. import bench
 
     for c in collectives:
         if c not in COLLECTIVES:
             raise ValueError(f"unknown collective {c!r} (known: {', '.join(COLLECTIVES)})")
-    args = SimpleNamespace(device="cpu", collectives=list(collectives), sizes=list(sizes),
-                           transports=list(transports), auto=auto, budget=budget, runs=runs,
-                           iters=iters, warmup=warmup, max_calls=max_calls, verbose=verbose)
+    if passes < 1:
+        raise ValueError(f"passes must be >= 1, got {passes}")
     env = {}  # spawned ranks inherit this environment and sys.path
     if model_path:
         env["RINGCOLL_MODEL"] = os.path.abspath(model_path)
-    rows = []
-    for p in nprocs:
-        got, _ = bench._spawn_world(p, args, [], env, world=world)
-        rows += got
-    return rows
+    got = []
+    for k in range(passes):
+        args = SimpleNamespace(device="cpu", collectives=list(collectives), sizes=list(sizes),
+                               transports=list(transports), auto=auto, budget=budget / passes,
+                               runs=runs, iters=iters, warmup=warmup, max_calls=max_calls,
+                               verbose=verbose, rotation=k * runs)
+        rows = []
+        for p in nprocs:
+            t0 = time.perf_counter()
+            rows += bench._spawn_world(p, args, [], env, world=world)[0]
+            if verbose:
+                print(f"[model] pass {k + 1}/{passes}, p={p}: {time.perf_counter() - t0:.0f} s",
+                      flush=True)
+        got.append(rows)
+    return pool(got)
