@@ -12,11 +12,12 @@ reason ("auto: predicted fastest (model ..., shm, p=4)").
     -> "allreduce=tree:0-16K,twoshot:16K-256K,ring;...# auto: predicted fastest (...)"
 
 `auto` may stand for the whole value or for one collective's choices
-("allreduce=auto;broadcast=tree"). The choice is made at byte sizes 4^k (4 B to
+("allreduce=auto;broadcast=tree"). The choice is made at byte sizes 2^k (4 B to
 1 GiB) for float32 buffers; an algorithm wins the range from its first winning
 size to the next size another wins, and the largest size's winner covers
-everything above. Sizes are whole powers of 2 and the winner at 4^k holds for
-[4^k, 4^(k+1)) (sizes below 4 B go with 4 B). Ties keep the earlier-registered
+everything above. The winner at 2^k holds for [2^k, 2^(k+1)) (sizes below 4 B go
+with 4 B), so a power-of-2 size, such as every size `python -m ringcoll.model`
+measures, runs exactly the algorithm predicted fastest at that size. Ties keep the earlier-registered
 algorithm, so the result is a pure function of (p, transport, calibration).
 """
 
@@ -26,7 +27,7 @@ from .. import _C
 from . import COLLECTIVES, SELECT_NAME, Calibration, predict, providers, schedules
 
 # 4 B .. 1 GiB
-GRID = [4 ** k for k in range(1, 16)]
+GRID = [2 ** k for k in range(2, 31)]
 AUTO_COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce")
 
 
