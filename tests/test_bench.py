@@ -54,7 +54,8 @@ def test_tiled_inputs_equal_the_element_by_element_definition(op):
         return torch.tensor(vals, dtype=torch.float64)
 
     for p in (1, 2, 3, 7):
-        for n in (0, 1, p - 1, p + 1, records.PERIOD + 1, 3 * records.PERIOD + 7):
+        for n in (0, 1, p - 1, p + 1, records.PERIOD, records.PERIOD + 1, 2 * records.PERIOD,
+                  3 * records.PERIOD + 7):
             ins = [direct(r, p, n) for r in range(p)]
             for r in range(p):
                 assert torch.equal(records.element_input(r, p, n, op), ins[r]), (p, n, r)

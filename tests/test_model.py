@@ -132,6 +132,13 @@ def test_fit_recovers_constants():
     got = fit.fit_link(rows, "shm", CAL)
     for k in ("overhead", "alpha", "beta", "wake", "step"):
         assert getattr(got, k) == pytest.approx(getattr(true.transports["shm"], k), rel=1e-6), k
+    # Worlds of one kind cannot tell wake from alpha: with p > cores every message
+    # pays both, so the crowded fit gives alpha their sum and wake 0, the same
+    # predictions; with p <= cores nobody pays wake.
+    crowded = fit.fit_link(rows, "shm", CAL, crowded=True)
+    assert crowded.alpha == pytest.approx(2e-6 + 5e-6, rel=1e-6) and crowded.wake == 0
+    assert crowded.step == pytest.approx(3e-6, rel=1e-6)
+    assert fit.fit_link(rows, "shm", CAL, crowded=False).wake == 0
 
 
 # auto
@@ -160,14 +167,21 @@ def test_passes_pool_every_run_of_a_point():
         return {"collective": "all_reduce", "p": 2, "transport": "shm", "algo": algo,
                 "size": 8, "time_s": runs[0], "runs_s": runs, "calls": calls}
 
-    got = measure.pool([[row("ring", [3.0], 10), row("tree", [1.0], 5)],
-                        [row("ring", [1.0], 20)],
-                        [row("tree", [2.0, 9.0], 7), row("ring", [2.0], 30)]])
-    by = {r["algo"]: r for r in got}
-    assert [r["algo"] for r in got] == ["ring", "tree"]  # the first pass's order
+    # points that differ in one field each are kept apart
+    apart = [dict(row("ring", [5.0], 1), **{k: v}) for k, v in
+             (("size", 16), ("p", 3), ("transport", "gloo"), ("collective", "all_gather"))]
+    passes = [[row("ring", [3.0], 10), row("tree", [1.0], 5)] + apart,
+              [row("ring", [1.0], 20)],
+              [row("tree", [2.0, 9.0], 7), row("ring", [2.0], 30)]]
+    before = json.dumps(passes)
+    got = measure.pool(passes)
+    assert json.dumps(passes) == before  # the passes' rows are left as they were
+    by = {r["algo"]: r for r in got[:2]}
+    assert [r["algo"] for r in got[:2]] == ["ring", "tree"]  # the first pass's order
     assert by["ring"]["runs_s"] == [3.0, 1.0, 2.0] and by["ring"]["time_s"] == 2.0
-    assert by["ring"]["calls"] == 60
+    assert by["ring"]["calls"] == 60 and by["tree"]["calls"] == 12
     assert by["tree"]["runs_s"] == [1.0, 2.0, 9.0] and by["tree"]["time_s"] == 2.0
+    assert got[2:] == apart
     with pytest.raises(ValueError, match="passes must be >= 1, got 0"):
         measure.run([2], ["all_reduce"], [8], ["shm"], passes=0)
 

@@ -34,8 +34,9 @@ ringcoll.model` judge):
              this 2-core VM 4 ranks over shm take 36 us (oneshot, 4 rounds with the
              header) and 80 us (ring, 7 rounds) for the same 512-byte all-reduce
              (benchmarks/results/model-cpu.txt). How a fit shares that between
-             `step` and the per-message `wake` (below) is up to the measurements:
-             the committed calibration puts nearly all of it in `wake`.
+             `step` and the per-message cost is up to the measurements: the
+             committed calibration puts nearly all of it in alpha (2.6 us a message
+             end with crowded ranks against 0.03 us without; `step` 0.7 us).
   * header   With RINGCOLL_FINGERPRINT on (the default) every call opens with one
              64-byte header to and from each peer of the rank's schedule and each of
              its ring neighbours: a step of its own, counted the same way.
@@ -62,10 +63,11 @@ A size is the collective's buffer as ringcoll.bench counts it (the all-reduce
 tensor, the whole reduce-scatter input, the whole all-gather output, the broadcast
 tensor), cut into elements of the dtype (float32 unless said otherwise).
 
-Calibration (`python -m ringcoll.model --calibrate`) fits overhead, alpha, beta,
-wake and step per transport by least squares over measured calls (relative error, the
-counts above as the design matrix), times the CPU reducer for gamma per dtype and
-a memcpy for copy.
+Calibration (`python -m ringcoll.model --calibrate`) fits overhead, alpha, beta
+and step per transport (and wake when one set serves both crowded and uncrowded
+worlds, the only fit that can tell it from alpha) by least squares over measured
+calls (relative error, the counts above as the design matrix), times the CPU
+reducer for gamma per dtype and a memcpy for copy.
 A calibration is a small JSON file (see Calibration); RINGCOLL_MODEL names the one
 `auto` and `python -m ringcoll.model` use. Without it they use DEFAULTS below.
 """
@@ -143,8 +145,7 @@ class Calibration:
 # choice more than the absolute figures.
 DEFAULTS = Calibration(
     transports={"shm": LinkCost(overhead=7.0e-6, alpha=2.7e-8, beta=2.5e-11),
-                "shm/crowded": LinkCost(overhead=2.0e-5, alpha=1.3e-6, beta=5.6e-11, wake=1.3e-6,
-                                        step=7.2e-7),
+                "shm/crowded": LinkCost(overhead=2.0e-5, alpha=2.6e-6, beta=5.6e-11, step=7.2e-7),
                 "gloo": LinkCost(overhead=1.75e-4, alpha=4.7e-5, beta=2.7e-10),
                 "gloo/crowded": LinkCost(overhead=2.4e-4, alpha=5.3e-5, beta=1.9e-10)},
     gamma={"float32": 4.8e-11, "float64": 4.6e-11, "float16": 4.7e-11, "bfloat16": 4.6e-11},

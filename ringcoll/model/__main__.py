@@ -313,7 +313,7 @@ def compare(a) -> int:
                            budget=a.budget, runs=a.runs, model_path=a.model, passes=a.passes)
         header = (f"# python -m ringcoll.model {' '.join(sys.argv[1:])}\n# machine: {machine()}\n"
                   f"# method: ringcoll.bench's runner, budget {a.budget} s over {a.passes} "
-                  f"passes of the whole sweep, {a.runs} runs per point in each; per run the "
+                  f"passes of the whole sweep, runs per point in each: {a.runs}; per run the "
                   "slowest rank's median per-call time; the median of all runs")
     repeat = _saved(a.repeat_of)[0] if a.repeat_of else None
     text, summary = report(rows, cal, header, repeat)

@@ -3,7 +3,8 @@
 The model is linear in its constants (overhead, alpha, beta, gamma, wake, copy, step) once each step's
 critical rank is fixed, but which rank is critical depends on the constants. So:
 start from the current constants, take every measured call's terms (model.terms),
-solve for overhead, alpha, beta, wake and step by least squares on the relative error
+solve for overhead, alpha, beta, step (and wake, fitting both kinds of world at once)
+by least squares on the relative error
 (each row divided by the measured time, since sizes span five orders of magnitude
 and the target is a relative error; reweighted towards the least absolute error,
 which outliers pull less), with gamma and copy (staging's memcpy) held at their
@@ -51,11 +52,16 @@ def fit_link(rows, transport: str, cal: Calibration, rounds: int = 6,
     if not rows:
         raise ValueError(f"no measurements of transport {transport} to fit")
     y = np.array([r["time_s"] for r in rows])
+    # wake's column equals alpha's when every row has p > cores (each message pays
+    # alpha + wake there) and is zero when none has: only a fit over both kinds of
+    # world can tell the two apart, so a fit of one kind holds wake at 0 and alpha
+    # carries the whole per-message cost (an arbitrary split would read as a finding).
+    free = FREE if crowded is None else tuple(i for i in FREE if i != 4)
     for _ in range(rounds):
         x = np.array([terms(r["algo"], r["collective"], r["p"], r["size"], transport, cal)
                       for r in rows])
         g = cal.gamma["float32"]
-        a = x[:, FREE] / y[:, None]
+        a = x[:, free] / y[:, None]
         b = (y - g * x[:, 3] - cal.copy * x[:, 5]) / y
         # Least absolute relative error (iteratively reweighted least squares):
         # the target is a median error, and this machine's outliers (a rank
@@ -64,7 +70,8 @@ def fit_link(rows, transport: str, cal: Calibration, rounds: int = 6,
         for _ in range(8):
             c = nnls(a * w[:, None], b * w)
             w = 1 / np.sqrt(np.maximum(np.abs(a @ c - b), 0.02))
-        link = LinkCost(*(float(v) for v in c))
+        k = dict(zip(free, (float(v) for v in c)))
+        link = LinkCost(overhead=k[0], alpha=k[1], beta=k[2], wake=k.get(4, 0.0), step=k[6])
         key = f"{transport}/crowded" if crowded else transport
         cal = dataclasses.replace(cal, transports={**cal.transports, key: link})
     return link
