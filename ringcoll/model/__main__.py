@@ -129,7 +129,8 @@ def calibrate(a) -> int:
             cal.transports[t + "/crowded"] = fit.fit_link(rows, t, cal, crowded=True)
             print(f"# {t}/crowded: {cal.transports[t + '/crowded']}")
     cal.meta = {"command": "python -m ringcoll.model " + " ".join(sys.argv[1:]),
-                "machine": machine(), "nproc": a.nproc, "measurements": a.from_json or "live", "collectives": a.collectives,
+                "machine": machine(), "nproc": a.nproc, "measurements": a.from_json or "live",
+                "collectives": a.collectives,
                 "sizes": a.sizes, "units": "seconds; alpha per message end, beta per byte "
                 "end, gamma per byte reduced, wake per message when p > cores, copy per "
                 "byte staged, step per step in which anything moves",

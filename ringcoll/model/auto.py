@@ -19,8 +19,9 @@ everything above. The winner at 2^k holds for [2^k, 2^(k+1)) (sizes below 4 B go
 with 4 B), so a power-of-2 size runs exactly the algorithm predicted fastest at
 that size: every all-reduce and broadcast `python -m ringcoll.model` measures, and
 its all-gathers and reduce-scatters when p divides the size (at p = 3 they are cut
-to a multiple of p, 60 B say, and run the winner at the power of 2 below). Ties keep the earlier-registered
-algorithm, so the result is a pure function of (p, transport, calibration).
+to a multiple of p, 60 B say, and run the winner at the power of 2 below). Ties
+keep the earlier-registered algorithm, so the result is a pure function of (p,
+transport, calibration).
 """
 
 from __future__ import annotations

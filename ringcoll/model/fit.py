@@ -1,10 +1,10 @@
 """Fitting a transport's constants to measured calls.
 
-The model is linear in its constants (overhead, alpha, beta, gamma, wake, copy, step) once each step's
-critical rank is fixed, but which rank is critical depends on the constants. So:
-start from the current constants, take every measured call's terms (model.terms),
-solve for overhead, alpha, beta, step (and wake, fitting both kinds of world at once)
-by least squares on the relative error
+The model is linear in its constants (overhead, alpha, beta, gamma, wake, copy,
+step) once each step's critical rank is fixed, but which rank is critical depends
+on the constants. So: start from the current constants, take every measured call's
+terms (model.terms), solve for overhead, alpha, beta, step (and wake, fitting both
+kinds of world at once) by least squares on the relative error
 (each row divided by the measured time, since sizes span five orders of magnitude
 and the target is a relative error; reweighted towards the least absolute error,
 which outliers pull less), with gamma and copy (staging's memcpy) held at their
