@@ -128,6 +128,47 @@ py::dict scheduleDict(const std::string& algoName, const std::string& collective
       buildSchedule(algoName, collective, p, rank, n, root, order, sendCounts, recvCounts));
 }
 
+// Every rank's schedule of one collective as one table, for the cost model and the
+// simulator, which need the counts and not the Python objects (scheduleDict for
+// p ranks at p = 1024 costs seconds): (rows, steps, scratch) with rows an int64
+// tensor of shape (transfers, 6), one row per transfer of any rank in rank, step
+// and schedule order: (rank, step, kind, peer, begin, end), kind 0 send, 1
+// recv_copy, 2 recv_reduce (the order of Kind); steps and scratch per rank.
+static_assert(static_cast<int>(ringcoll::algo::Kind::kSend) == 0 &&
+                  static_cast<int>(ringcoll::algo::Kind::kRecvCopy) == 1 &&
+                  static_cast<int>(ringcoll::algo::Kind::kRecvReduce) == 2,
+              "schedule_table's kind column (ringcoll.model.KINDS) is Kind's value");
+py::tuple scheduleTable(const std::string& algoName, const std::string& collective, int p,
+                        size_t n, int root) {
+  TORCH_CHECK(p >= 1, "schedule_table: p = ", p, " (need p >= 1)");
+  std::vector<ringcoll::algo::Schedule> scheds;
+  scheds.reserve(p);
+  size_t rows = 0;
+  for (int r = 0; r < p; ++r) {
+    scheds.push_back(buildSchedule(algoName, collective, p, r, n, root, {}));
+    for (const auto& st : scheds.back().steps) rows += st.transfers.size();
+  }
+  at::Tensor table = at::empty({static_cast<int64_t>(rows), 6}, at::kLong);
+  int64_t* out = table.data_ptr<int64_t>();
+  std::vector<int64_t> steps, scratch;
+  for (int r = 0; r < p; ++r) {
+    const auto& sched = scheds[r];
+    for (size_t s = 0; s < sched.steps.size(); ++s) {
+      for (const auto& t : sched.steps[s].transfers) {
+        *out++ = r;
+        *out++ = static_cast<int64_t>(s);
+        *out++ = static_cast<int64_t>(t.kind);
+        *out++ = t.peer;
+        *out++ = static_cast<int64_t>(t.range.begin);
+        *out++ = static_cast<int64_t>(t.range.end);
+      }
+    }
+    steps.push_back(static_cast<int64_t>(sched.steps.size()));
+    scratch.push_back(static_cast<int64_t>(sched.scratch));
+  }
+  return py::make_tuple(table, steps, scratch);
+}
+
 // The schedules of gather, scatter (prm.n = p * m) and all-to-all (this rank's
 // send_counts and recv_counts; n is their total), as scheduleDict gives them, by
 // `algo` (direct by default).
@@ -335,6 +376,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("rank"), py::arg("n"), py::arg("root") = 0,
         py::arg("order") = std::vector<int>{}, py::arg("send_counts") = std::vector<size_t>{},
         py::arg("recv_counts") = std::vector<size_t>{});
+  m.def("schedule_table", &scheduleTable, py::arg("algo"), py::arg("collective"), py::arg("p"),
+        py::arg("n"), py::arg("root") = 0);
   m.def("exchange_schedule", &exchangeSchedule, py::arg("collective"), py::arg("p"),
         py::arg("rank"), py::arg("n") = 0, py::arg("root") = 0,
         py::arg("send_counts") = std::vector<size_t>{},

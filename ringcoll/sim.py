@@ -18,7 +18,7 @@ seconds per byte reduced, `copy` seconds per byte a call's entry copies
 (ringcoll.model's rounds); `cores` per host (None: one per rank) and `wake` model
 ranks outnumbering cores as ringcoll.model does.
 
-The simulation walks every rank's schedule (_C.schedule) step by step. A rank's
+The simulation reads every rank's schedule (_C.schedule_table) step by step. A rank's
 time in a step is the sum over its transfers, cut into segments of at most
 `chunk_bytes` as the executor cuts them, of alpha + bytes * beta of the link to
 that peer, plus gamma per byte it reduces. A step lasts as long as its slowest
@@ -45,7 +45,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import check as checker
-from .model import DTYPE_BYTES, HEADER_BYTES, elements, schedules, staging_bytes, staging_term
+from .model import (DTYPE_BYTES, Transfers, critical_path, elements, payments, staging_bytes,
+                    staging_term, transfers, transfers_of)
 
 CHECK_MAX_P = 64
 CHECK_MAX_N = 4096
@@ -116,68 +117,46 @@ def simulate(algo, collective, topo: Topology, nbytes: int, dtype="float32",
     """Checks the schedule (unless verify=False) and predicts one call's time."""
     p = topo.p
     n = elements(collective, nbytes, p, DTYPE_BYTES[dtype])
-    scheds = schedules(algo, collective, p, n)
     checked = _check(algo, collective, p, n) if verify else "not checked"
-    return simulate_schedules(scheds, collective, topo, n, dtype, verify=False, checked=checked)
+    return _simulate(transfers(algo, collective, p, n), collective, topo, n, dtype, checked)
 
 
 def simulate_schedules(scheds, collective, topo: Topology, n: int, dtype="float32",
                        verify=True, checked="not checked") -> Result:
     """simulate() for schedules given as data (one dict per rank, as _C.schedule
     returns them) over n elements: a ScheduleError if the checker refuses them."""
-    p, elem = topo.p, DTYPE_BYTES[dtype]
+    p = topo.p
     if len(scheds) != p:
         raise ValueError(f"{len(scheds)} schedules for a topology of {p} ranks")
     if verify:
         checker.check_schedules(scheds, checker_name(collective), p, n, 0,
                                 f"{scheds[0]['name'] if scheds else '?'} p={p} n={n}")
         checked = f"p={p} n={n}"
-    seg = max(1, topo.chunk_bytes // elem) * elem
-    nsteps = max(len(s["steps"]) for s in scheds)
-    header = topo.fingerprint and p > 1
+    return _simulate(transfers_of(scheds), collective, topo, n, dtype, checked)
+
+
+def _simulate(tr: Transfers, collective, topo: Topology, n: int, dtype, checked) -> Result:
+    p, elem = topo.p, DTYPE_BYTES[dtype]
     cores = topo.cores or topo.per_host
     crowded = topo.per_host > cores
-    # per (step, rank): time, and counts (msgs, bytes, reduced)
-    cost = np.zeros((nsteps + header, p))
-    counts = np.zeros((nsteps + header, p, 3))
-
-    def pay(s, r, peer, nb, reduce):
-        link = topo.intra if topo.host(r) == topo.host(peer) else topo.inter
-        msgs = -(-nb // seg)
-        cost[s, r] += msgs * (link.alpha + (topo.wake if crowded else 0.0)) + nb * link.beta
-        counts[s, r] += (msgs, nb, nb if reduce else 0)
-        if reduce:
-            cost[s, r] += nb * topo.gamma
-
-    for r, sched in enumerate(scheds):
-        peers = set()
-        for s, step in enumerate(sched["steps"]):
-            for kind, peer, b, e in step["transfers"]:
-                if b < e:
-                    peers.add(peer)
-                    pay(s + header, r, peer, (e - b) * elem, kind == "recv_reduce")
-        if header:
-            for peer in (peers | {(r + 1) % p, (r - 1) % p}) - {r}:
-                pay(0, r, peer, HEADER_BYTES, False)  # the header out
-                pay(0, r, peer, HEADER_BYTES, False)  # and the peer's in
-    total, crit = topo.overhead, np.array([1.0, 0, 0, 0, 0, 0, 0])
-    for s in range(cost.shape[0]):
-        r = int(np.argmax(cost[s]))
-        t, row = cost[s, r], counts[s, r]
-        if crowded:
-            for h in range(topo.hosts):
-                lo, hi = h * topo.per_host, (h + 1) * topo.per_host
-                if cost[s, lo:hi].sum() / cores > t:
-                    t, row = cost[s, lo:hi].sum() / cores, counts[s, lo:hi].sum(axis=0) / cores
-        moves = 1 if counts[s, :, 0].any() else 0
-        total += t + moves * topo.step
-        crit += (0, row[0], row[1], row[2], row[0] if crowded else 0, 0, moves)
+    pay = payments(tr, elem, topo.chunk_bytes, topo.fingerprint)
+    # each payment at its own link's price
+    inter = pay.rank // topo.per_host != pay.peer // topo.per_host
+    alpha = np.where(inter, topo.inter.alpha, topo.intra.alpha) + (topo.wake if crowded else 0.0)
+    beta = np.where(inter, topo.inter.beta, topo.intra.beta)
+    cost = pay.per_step(pay.msgs * alpha + pay.nbytes * beta + pay.reduced * topo.gamma)
+    counts = pay.counts()
+    t, row = critical_path(cost, counts, topo.per_host, cores)
+    moves = counts[:, :, 0].any(axis=1)
+    crit = np.array([1.0, *row.sum(axis=0), row[:, 0].sum() if crowded else 0.0, 0.0,
+                     moves.sum()])
+    total = topo.overhead + t.sum() + moves.sum() * topo.step
     if p > 1:  # the staging copies: the slowest host's, each host as the model's one
         copied = staging_bytes(collective, p, n, elem)
         crit[5] = max(staging_term(copied[h * topo.per_host:(h + 1) * topo.per_host], cores)
                       for h in range(topo.hosts))
         total += crit[5] * topo.copy
-    return Result(total, nsteps, crit, checked)
+    return Result(float(total), tr.steps, crit, checked)
 
 
 # The README table: two link classes, 8 ranks per host.

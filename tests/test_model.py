@@ -5,7 +5,12 @@ benchmarks/results/model-*.txt).
 - the model's cost terms equal the counts the simulator takes transfer by
   transfer, and its prediction equals the simulator's on one host, for every
   algorithm x collective, several p and sizes, with ranks fewer and more than cores;
-- hand-checkable counts for the ring, so both are not wrong the same way;
+- hand-checkable counts for the ring, so both are not wrong the same way, and
+  both against a transfer-by-transfer walk of the schedules as data (the rules of
+  the model's docstring, written out plainly here) on one and several hosts, with
+  ranks fewer and more than cores, since they share the vectorized core;
+- the extension's schedule table (what both read) row for row equal to the
+  schedules as data, for every algorithm x collective, p = 1..9, uneven counts;
 - auto resolves deterministically into a value the backend's parser accepts,
   choosing the predicted fastest at every grid size; bad calibrations and mixed
   auto entries are clear errors; a real 2-rank group with RINGCOLL_ALGO=auto runs
@@ -60,6 +65,88 @@ def test_model_terms_match_simulator_counts(algo, collective):
                 where = f"{algo} {collective} p={p} {nbytes} B {transport}"
                 assert r.counts.tolist() == pytest.approx(t.tolist(), rel=1e-12), where
                 assert r.seconds == pytest.approx(pred, rel=1e-12), where
+
+
+@pytest.mark.parametrize("algo, collective", CASES)
+def test_schedule_table_is_the_schedules_as_data(algo, collective):
+    for p in range(1, 10):
+        for n in sorted({0, 1, max(p - 1, 1), p + 1, 1000}):
+            if collective in ("reduce_scatter", "all_gather"):
+                n = max(p, n // p * p)
+            table = model.transfers(algo, collective, p, n)
+            data = model.transfers_of([_C.schedule(algo, model.SCHEDULE_NAME[collective], p,
+                                                   r, n) for r in range(p)])
+            where = f"{algo} {collective} p={p} n={n}"
+            assert table.rows.dtype == data.rows.dtype and table.rows.shape == data.rows.shape
+            assert (table.rows == data.rows).all(), where
+            assert (table.p, table.steps, table.scratch) == (data.p, data.steps, data.scratch)
+
+
+def _walk(scheds, topo, n, elem=4):
+    """The simulator's rules walked transfer by transfer over schedules as data:
+    (seconds, counts along the critical path); the reference the vectorized code
+    must agree with."""
+    p, seg = topo.p, max(1, topo.chunk_bytes // elem) * elem
+    cores = topo.cores or topo.per_host
+    crowded = topo.per_host > cores
+    header = 1 if topo.fingerprint and p > 1 else 0
+    nsteps = max(len(s["steps"]) for s in scheds) + header
+    cost = [[0.0] * p for _ in range(nsteps)]
+    cnt = [[[0, 0, 0] for _ in range(p)] for _ in range(nsteps)]
+
+    def pay(s, r, peer, nb, reduce):
+        link = topo.intra if r // topo.per_host == peer // topo.per_host else topo.inter
+        msgs = -(-nb // seg)
+        cost[s][r] += (msgs * (link.alpha + (topo.wake if crowded else 0.0)) + nb * link.beta
+                       + (nb * topo.gamma if reduce else 0.0))
+        for i, v in enumerate((msgs, nb, nb if reduce else 0)):
+            cnt[s][r][i] += v
+
+    for r, sched in enumerate(scheds):
+        peers = set()
+        for s, step in enumerate(sched["steps"]):
+            for kind, peer, b, e in step["transfers"]:
+                if b < e:
+                    peers.add(peer)
+                    pay(s + header, r, peer, (e - b) * elem, kind == "recv_reduce")
+        if header:
+            for peer in (peers | {(r + 1) % p, (r - 1) % p}) - {r}:
+                pay(0, r, peer, 64, False)
+                pay(0, r, peer, 64, False)
+    total, crit = topo.overhead, [1.0, 0, 0, 0, 0, 0, 0]
+    for s in range(nsteps):
+        r = max(range(p), key=lambda q: (cost[s][q], -q))
+        t, row = cost[s][r], cnt[s][r]
+        if crowded:
+            for h in range(topo.hosts):
+                ranks = range(h * topo.per_host, (h + 1) * topo.per_host)
+                spread = sum(cost[s][q] for q in ranks) / cores
+                if spread > t:
+                    t, row = spread, [sum(cnt[s][q][i] for q in ranks) / cores for i in range(3)]
+        moves = any(cnt[s][q][0] for q in range(p))
+        total += t + moves * topo.step
+        crit = [crit[0], crit[1] + row[0], crit[2] + row[1], crit[3] + row[2],
+                crit[4] + (row[0] if crowded else 0), 0, crit[6] + moves]
+    return total, crit
+
+
+@pytest.mark.parametrize("algo, collective", CASES)
+def test_simulator_and_model_agree_with_a_plain_walk(algo, collective):
+    intra, inter = sim.Link(1.3e-6, 7e-11), sim.Link(2.1e-5, 3e-10)
+    for hosts, per_host, cores in ((1, 3, None), (1, 5, 2), (2, 3, None), (3, 3, 2), (2, 4, 8)):
+        topo = sim.Topology(hosts, per_host, intra, inter, gamma=9e-11, overhead=4e-6,
+                            cores=cores, wake=2e-6, chunk_bytes=4096, copy=0.0, step=5e-7)
+        p = topo.p
+        for nbytes in (8, 3 * 4096 + 12, 1 << 16):
+            n = model.elements(collective, nbytes, p, 4)
+            scheds = [_C.schedule(algo, model.SCHEDULE_NAME[collective], p, r, n)
+                      for r in range(p)]
+            seconds, counts = _walk(scheds, topo, n)
+            r = sim.simulate(algo, collective, topo, nbytes, verify=False)
+            where = f"{algo} {collective} {hosts}x{per_host} cores={cores} {nbytes} B"
+            assert r.seconds == pytest.approx(seconds, rel=1e-12), where
+            assert r.counts[:5].tolist() + [r.counts[6]] == pytest.approx(
+                counts[:5] + [counts[6]], rel=1e-12), where
 
 
 def test_ring_counts_by_hand():

@@ -6,7 +6,7 @@
     model.terms(...)                                    # the same, as alpha/beta/gamma counts
 
 Nothing here is written per algorithm: every count comes from the schedules the
-extension builds (`_C.schedule`, every rank), so a new algorithm is modelled the
+extension builds (`_C.schedule_table`, every rank), so a new algorithm is modelled the
 moment it is registered.
 
 Assumptions (each a simplification that the measurements of `python -m
@@ -218,37 +218,119 @@ def elements(collective: str, nbytes: int, p: int, elem: int) -> int:
     return n
 
 
-@functools.lru_cache(maxsize=1024)
-def schedules(algo: str, collective: str, p: int, n: int) -> tuple:
-    return tuple(_C.schedule(algo, SCHEDULE_NAME[collective], p, r, n) for r in range(p))
+# _C.schedule_table's kinds, by _C.schedule's names
+KINDS = {"send": 0, "recv_copy": 1, "recv_reduce": 2}
 
 
-def loads_of(scheds, n_elem_bytes: int, chunk_bytes: int, fingerprint: bool) -> np.ndarray:
-    """Per step and rank: (msgs, bytes, reduced) as the module docstring defines
-    them, from every rank's schedule (dicts as _C.schedule returns them), as an
-    array of shape (steps, p, 3); the header step first when `fingerprint`."""
-    p = len(scheds)
-    seg = max(1, chunk_bytes // n_elem_bytes) * n_elem_bytes
-    nsteps = max(len(s["steps"]) for s in scheds)
-    out = np.zeros((nsteps + (1 if fingerprint and p > 1 else 0), p, 3))
-    base = out.shape[0] - nsteps
-    for r, sched in enumerate(scheds):
-        peers = set()
-        for s, step in enumerate(sched["steps"]):
-            for kind, peer, b, e in step["transfers"]:
-                if b == e:
-                    continue  # the executor skips empty transfers on both sides
-                nb = (e - b) * n_elem_bytes
-                peers.add(peer)
-                out[base + s, r, 0] += -(-nb // seg)
-                out[base + s, r, 1] += nb
-                if kind == "recv_reduce":
-                    out[base + s, r, 2] += nb
-        if base:
-            peers |= {(r + 1) % p, (r - 1) % p}
-            peers.discard(r)
-            out[0, r] = (2 * len(peers), 2 * HEADER_BYTES * len(peers), 0)
-    return out
+@dataclass(frozen=True)
+class Transfers:
+    """Every rank's schedule of one call as one table: `rows` (int64, one row per
+    transfer, in rank, step and schedule order) holds (rank, step, kind, peer,
+    begin, end) with kind as in KINDS; `steps` is the most steps any rank has,
+    `scratch` the most scratch elements any rank asks for."""
+    p: int
+    rows: np.ndarray
+    steps: int
+    scratch: int
+
+
+@functools.lru_cache(maxsize=64)
+def transfers(algo: str, collective: str, p: int, n: int) -> Transfers:
+    """The registered schedules of `algo` for `collective` (bench name), p ranks
+    and n elements, built in the extension for every rank at once."""
+    rows, steps, scratch = _C.schedule_table(algo, SCHEDULE_NAME[collective], p, n)
+    return Transfers(p, rows.numpy(), max(steps, default=0), max(scratch, default=0))
+
+
+def transfers_of(scheds) -> Transfers:
+    """Transfers of schedules given as data (one dict per rank, as _C.schedule
+    returns them)."""
+    rows = [(r, s, KINDS[kind], peer, b, e)
+            for r, sched in enumerate(scheds)
+            for s, step in enumerate(sched["steps"])
+            for kind, peer, b, e in step["transfers"]]
+    return Transfers(len(scheds), np.array(rows, dtype=np.int64).reshape(-1, 6),
+                     max((len(x["steps"]) for x in scheds), default=0),
+                     max((x.get("scratch", 0) for x in scheds), default=0))
+
+
+@dataclass(frozen=True)
+class Payments:
+    """What each rank pays, one row per (step, rank, peer) payment as the module
+    docstring counts them: every non-empty transfer, and with the header two
+    messages of HEADER_BYTES (out and in) to each of the rank's peers and ring
+    neighbours in step 0. `steps` counts the header step; arrays are parallel."""
+    p: int
+    steps: int
+    step: np.ndarray
+    rank: np.ndarray
+    peer: np.ndarray
+    msgs: np.ndarray
+    nbytes: np.ndarray
+    reduced: np.ndarray
+
+    def per_step(self, weights: np.ndarray) -> np.ndarray:
+        """`weights` (one per row) summed per step and rank: shape (steps, p)."""
+        return np.bincount(self.step * self.p + self.rank, weights,
+                           self.steps * self.p).reshape(self.steps, self.p)
+
+    def counts(self) -> np.ndarray:
+        """(msgs, bytes, reduced) per step and rank: shape (steps, p, 3)."""
+        return np.stack([self.per_step(w) for w in (self.msgs, self.nbytes, self.reduced)],
+                        axis=-1)
+
+
+def payments(tr: Transfers, elem: int, chunk_bytes: int, fingerprint: bool) -> Payments:
+    """tr's payments for elements of `elem` bytes cut into segments of at most
+    chunk_bytes (the executor skips empty transfers on both sides, so they pay
+    nothing)."""
+    p, rows = tr.p, tr.rows
+    rows = rows[rows[:, 4] < rows[:, 5]]
+    seg = max(1, chunk_bytes // elem) * elem
+    nb = (rows[:, 5] - rows[:, 4]) * elem
+    header = bool(fingerprint and p > 1)
+    step, rank, peer = rows[:, 1] + header, rows[:, 0], rows[:, 3]
+    msgs = -(-nb // seg)
+    reduced = np.where(rows[:, 2] == KINDS["recv_reduce"], nb, 0)
+    if header:
+        ranks = np.arange(p)
+        pair = np.zeros(p * p, dtype=bool)  # (rank, peer) -> exchanges a header
+        pair[rank * p + peer] = True
+        pair[ranks * p + (ranks + 1) % p] = True
+        pair[ranks * p + (ranks - 1) % p] = True
+        pair[ranks * p + ranks] = False
+        pairs = np.flatnonzero(pair)
+        k = len(pairs)
+        step = np.concatenate([np.zeros(k, np.int64), step])
+        rank = np.concatenate([pairs // p, rank])
+        peer = np.concatenate([pairs % p, peer])
+        msgs = np.concatenate([np.full(k, 2), msgs])
+        nb = np.concatenate([np.full(k, 2 * HEADER_BYTES), nb])
+        reduced = np.concatenate([np.zeros(k, np.int64), reduced])
+    f = np.float64
+    return Payments(p, tr.steps + header, step, rank, peer, msgs.astype(f), nb.astype(f),
+                    reduced.astype(f))
+
+
+def critical_path(cost: np.ndarray, counts: np.ndarray, per_host: int, cores: int):
+    """Per step, from each rank's cost (steps, p) and counts (steps, p, 3): the
+    step's time and the counts along it, as the module docstring says: the slowest
+    rank's, or, on a host whose per_host ranks outnumber its cores and whose work
+    spread over the cores takes longer, that host's sums / cores (the slowest such
+    host; ties go to the lowest rank or host). Returns (time (steps,), counts
+    (steps, 3))."""
+    steps = np.arange(cost.shape[0])
+    r = np.argmax(cost, axis=1)
+    t, row = cost[steps, r], counts[steps, r]
+    if per_host > cores and cost.size:
+        hosts = cost.shape[1] // per_host
+        spread = cost.reshape(-1, hosts, per_host).sum(axis=2) / cores
+        h = np.argmax(spread, axis=1)
+        worse = spread[steps, h] > t
+        t = np.where(worse, spread[steps, h], t)
+        row = np.where(worse[:, None],
+                       counts.reshape(-1, hosts, per_host, 3).sum(axis=2)[steps, h] / cores, row)
+    return t, row
 
 
 def staging_bytes(collective: str, p: int, n: int, elem: int) -> np.ndarray:
@@ -264,31 +346,17 @@ def staging_bytes(collective: str, p: int, n: int, elem: int) -> np.ndarray:
 
 def loads(algo, collective, p, nbytes, dtype="float32", chunk_bytes=DEFAULT_CHUNK_BYTES,
           fingerprint=True) -> np.ndarray:
+    """(msgs, bytes, reduced) per step and rank, shape (steps, p, 3), the header
+    step first when `fingerprint`."""
     elem = DTYPE_BYTES[dtype]
     n = elements(collective, nbytes, p, elem)
-    return loads_of(schedules(algo, collective, p, n), elem, chunk_bytes, fingerprint)
-
-
-def step_terms(load: np.ndarray, link: LinkCost, gamma: float, cores: int) -> np.ndarray:
-    """The critical path of one step's load (p, 3) as coefficients of terms()'s
-    constants: the slowest rank's counts, or, when ranks outnumber cores and their
-    work spread over the cores takes longer, the sums / cores; and one round if
-    anything moves."""
-    p = load.shape[0]
-    wake = link.wake if p > cores else 0.0
-    cost = (link.alpha + wake) * load[:, 0] + link.beta * load[:, 1] + gamma * load[:, 2]
-    r = int(np.argmax(cost))
-    row = load[r]
-    if p > cores and cost.sum() / cores > cost[r]:
-        row = load.sum(axis=0) / cores
-    moves = 1.0 if load[:, 0].any() else 0.0
-    return np.array([0.0, row[0], row[1], row[2], row[0] if p > cores else 0.0, 0.0, moves])
+    return payments(transfers(algo, collective, p, n), elem, chunk_bytes, fingerprint).counts()
 
 
 def staging_term(copied: np.ndarray, cores: int) -> float:
     """The staging step's critical path in bytes copied: the slowest rank's, or,
     when ranks outnumber cores and all their copies spread over the cores take
-    longer, the sum / cores (as step_terms)."""
+    longer, the sum / cores (as critical_path)."""
     if copied.size == 0:
         return 0.0
     worst = float(copied.max())
@@ -304,9 +372,11 @@ def terms(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float
     link = cal.link(transport, p)
     g = cal.gamma.get(dtype, cal.gamma["float32"])
     ld = loads(algo, collective, p, nbytes, dtype, cal.chunk_bytes, cal.fingerprint)
-    t = np.array([1.0, 0, 0, 0, 0, 0, 0])
-    for step in ld:
-        t += step_terms(step, link, g, cal.cores)
+    crowded = p > cal.cores
+    per = np.array([link.alpha + (link.wake if crowded else 0.0), link.beta, g])
+    _, row = critical_path(ld @ per, ld, p, cal.cores)
+    moves = ld[:, :, 0].any(axis=1).sum()
+    t = np.array([1.0, *row.sum(axis=0), row[:, 0].sum() if crowded else 0.0, 0.0, moves])
     elem = DTYPE_BYTES[dtype]
     if p > 1:
         t[5] = staging_term(staging_bytes(collective, p, elements(collective, nbytes, p, elem),

@@ -27,7 +27,7 @@ transport, calibration).
 from __future__ import annotations
 
 from .. import _C
-from . import COLLECTIVES, SELECT_NAME, Calibration, predict, providers, schedules
+from . import COLLECTIVES, SELECT_NAME, Calibration, predict, providers, transfers
 
 # 4 B .. 1 GiB
 GRID = [2 ** k for k in range(2, 31)]
@@ -48,8 +48,7 @@ def candidates(collective: str, p: int) -> list[str]:
     algos = providers(collective)
     if not _C.build_info()["cuda"]:
         return algos
-    return [a for a in algos if not any(s.get("scratch", 0) for s in schedules(
-        a, collective, max(p, 2), max(p, 2) * 4))]
+    return [a for a in algos if not transfers(a, collective, max(p, 2), max(p, 2) * 4).scratch]
 
 
 def choices(collective: str, p: int, transport: str, cal: Calibration) -> list[tuple]:
