@@ -234,7 +234,9 @@ class Transfers:
     scratch: int
 
 
-@functools.lru_cache(maxsize=64)
+# A few entries: a table of p = 1024 ranks runs to hundreds of MB, and callers
+# (auto, the report, the simulator's table) visit each key once or a few times in a row.
+@functools.lru_cache(maxsize=8)
 def transfers(algo: str, collective: str, p: int, n: int) -> Transfers:
     """The registered schedules of `algo` for `collective` (bench name), p ranks
     and n elements, built in the extension for every rank at once."""
