@@ -18,15 +18,18 @@ seconds per byte reduced, `copy` seconds per byte a call's entry copies
 (ringcoll.model's rounds); `cores` per host (None: one per rank) and `wake` model
 ranks outnumbering cores as ringcoll.model does.
 
-The simulation reads every rank's schedule (_C.schedule_table) step by step. A rank's
-time in a step is the sum over its transfers, cut into segments of at most
+The simulation reads every rank's schedule (_C.schedule_table) step by step. A
+rank's time in a step is the sum over its transfers, cut into segments of at most
 `chunk_bytes` as the executor cuts them, of alpha + bytes * beta of the link to
-that peer, plus gamma per byte it reduces. A step lasts as long as its slowest
-rank (or, on a host whose ranks outnumber its cores, their total work over the
-cores), steps follow one another, and the call pays its staging copies (a step
-of their own, the same rule) and `overhead` once: the
+that peer, plus gamma per byte it reduces (and the fingerprint's header, one
+message each way to each peer and ring neighbour, in a step of its own). A step
+lasts as long as its slowest rank (or, on a host whose ranks outnumber its cores,
+their total work over the cores), steps follow one another, and the call pays its
+staging copies (a step of their own, the same rule) and `overhead` once: the
 assumptions of ringcoll.model, so that on one host with the model's constants the
-two agree (tests/test_model.py), while here each transfer pays its own link.
+two agree (tests/test_model.py), while here each transfer pays its own link. The
+model and the simulator share that arithmetic (ringcoll.model.payments and
+critical_path); tests/test_model.py checks it against a plain walk of the rules.
 
 Before predicting, the schedule is proved by ringcoll.check's generic checker.
 The checker walks every element symbolically and costs about p * n * steps, so
@@ -72,6 +75,14 @@ class Topology:
     fingerprint: bool = True
     copy: float = 0.0         # per byte a rank's call copies (ringcoll.model's staging)
     step: float = 0.0         # per step in which anything moves (ringcoll.model's rounds)
+
+    def __post_init__(self):
+        if self.hosts < 1 or self.per_host < 1:
+            raise ValueError(f"Topology: {self.hosts} hosts x {self.per_host} ranks per host "
+                             "(need at least 1 x 1)")
+        if self.chunk_bytes < 64:
+            raise ValueError(f"Topology: chunk_bytes={self.chunk_bytes} is below the "
+                             "executor's 64-byte minimum segment")
 
     @property
     def p(self) -> int:

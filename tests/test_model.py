@@ -2,13 +2,14 @@
 simulator (ringcoll.sim), with no timing assertions (performance figures live in
 benchmarks/results/model-*.txt).
 
-- the model's cost terms equal the counts the simulator takes transfer by
-  transfer, and its prediction equals the simulator's on one host, for every
-  algorithm x collective, several p and sizes, with ranks fewer and more than cores;
-- hand-checkable counts for the ring, so both are not wrong the same way, and
-  both against a transfer-by-transfer walk of the schedules as data (the rules of
-  the model's docstring, written out plainly here) on one and several hosts, with
-  ranks fewer and more than cores, since they share the vectorized core;
+- the model's cost terms equal the simulator's counts, and its prediction the
+  simulator's, on one host, for every algorithm x collective, several p and sizes,
+  with ranks fewer and more than cores;
+- since the two share their arithmetic (payments, critical_path), both against a
+  transfer-by-transfer walk of the schedules as data (the rules of the model's
+  docstring, written out plainly here): the simulator on one and several hosts,
+  the model on one, ranks fewer and more than cores, header on and off, float32
+  and float64; and hand-checkable counts for the ring;
 - the extension's schedule table (what both read) row for row equal to the
   schedules as data, for every algorithm x collective, p = 1..9, uneven counts;
 - auto resolves deterministically into a value the backend's parser accepts,
@@ -29,6 +30,7 @@ import json
 import os
 import tempfile
 
+import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
@@ -82,7 +84,7 @@ def test_schedule_table_is_the_schedules_as_data(algo, collective):
             assert (table.p, table.steps, table.scratch) == (data.p, data.steps, data.scratch)
 
 
-def _walk(scheds, topo, n, elem=4):
+def _walk(scheds, topo, n, elem):
     """The simulator's rules walked transfer by transfer over schedules as data:
     (seconds, counts along the critical path); the reference the vectorized code
     must agree with."""
@@ -133,20 +135,57 @@ def _walk(scheds, topo, n, elem=4):
 @pytest.mark.parametrize("algo, collective", CASES)
 def test_simulator_and_model_agree_with_a_plain_walk(algo, collective):
     intra, inter = sim.Link(1.3e-6, 7e-11), sim.Link(2.1e-5, 3e-10)
-    for hosts, per_host, cores in ((1, 3, None), (1, 5, 2), (2, 3, None), (3, 3, 2), (2, 4, 8)):
+    for hosts, per_host, cores, header, dtype in (
+            (1, 3, None, True, "float32"), (1, 5, 2, True, "float32"), (1, 4, 2, False, "float64"),
+            (2, 3, None, True, "float32"), (3, 3, 2, True, "float64"), (2, 4, 8, False, "float32")):
         topo = sim.Topology(hosts, per_host, intra, inter, gamma=9e-11, overhead=4e-6,
-                            cores=cores, wake=2e-6, chunk_bytes=4096, copy=0.0, step=5e-7)
-        p = topo.p
+                            cores=cores, wake=2e-6, chunk_bytes=4096, copy=0.0, step=5e-7,
+                            fingerprint=header)
+        p, elem = topo.p, model.DTYPE_BYTES[dtype]
         for nbytes in (8, 3 * 4096 + 12, 1 << 16):
-            n = model.elements(collective, nbytes, p, 4)
+            n = model.elements(collective, nbytes, p, elem)
             scheds = [_C.schedule(algo, model.SCHEDULE_NAME[collective], p, r, n)
                       for r in range(p)]
-            seconds, counts = _walk(scheds, topo, n)
-            r = sim.simulate(algo, collective, topo, nbytes, verify=False)
-            where = f"{algo} {collective} {hosts}x{per_host} cores={cores} {nbytes} B"
+            seconds, counts = _walk(scheds, topo, n, elem)
+            where = (f"{algo} {collective} {hosts}x{per_host} cores={cores} header={header} "
+                     f"{dtype} {nbytes} B")
+            r = sim.simulate(algo, collective, topo, nbytes, dtype, verify=False)
             assert r.seconds == pytest.approx(seconds, rel=1e-12), where
             assert r.counts[:5].tolist() + [r.counts[6]] == pytest.approx(
                 counts[:5] + [counts[6]], rel=1e-12), where
+            given = sim.simulate_schedules(scheds, collective, topo, n, dtype, verify=False)
+            assert given.seconds == r.seconds and given.steps == r.steps, where
+            if hosts == 1:  # the model: one host, intra's constants as its transport's
+                cal = model.Calibration(
+                    {"shm": model.LinkCost(overhead=4e-6, alpha=intra.alpha, beta=intra.beta,
+                                           wake=2e-6, step=5e-7)},
+                    {dtype: 9e-11, "float32": 9e-11}, cores or per_host, 4096, header,
+                    copy=0.0)
+                t = model.terms(algo, collective, p, nbytes, "shm", cal, dtype)
+                assert t[:5].tolist() + [t[6]] == pytest.approx(counts[:5] + [counts[6]],
+                                                                rel=1e-12), where
+                assert model.predict(algo, collective, p, nbytes, "shm", cal, dtype) == \
+                    pytest.approx(seconds, rel=1e-12), where
+
+
+def test_header_pairs_dense_and_sorted_agree():
+    rng = np.random.default_rng(7)
+    for p in (1, 2, 3, 9, 64):
+        keys = rng.integers(0, p * p, size=3 * p)
+        dense = model._header_pairs(p, keys)
+        assert (model._header_pairs(p, keys, dense_max=0) == dense).all(), p
+        ranks = set(range(p))
+        want = {k for k in set(keys.tolist()) | {r * p + (r + 1) % p for r in ranks}
+                | {r * p + (r - 1) % p for r in ranks} if k // p != k % p}
+        assert dense.tolist() == sorted(want), p
+
+
+def test_simulator_refuses_a_topology_the_executor_cannot_run():
+    link = sim.Link(1e-6, 1e-10)
+    with pytest.raises(ValueError, match="chunk_bytes=32 is below the executor's 64-byte"):
+        sim.Topology(1, 4, link, link, chunk_bytes=32)
+    with pytest.raises(ValueError, match="0 hosts x 4 ranks"):
+        sim.Topology(0, 4, link, link)
 
 
 def test_ring_counts_by_hand():

@@ -6,8 +6,8 @@
     model.terms(...)                                    # the same, as alpha/beta/gamma counts
 
 Nothing here is written per algorithm: every count comes from the schedules the
-extension builds (`_C.schedule_table`, every rank), so a new algorithm is modelled the
-moment it is registered.
+extension builds (`_C.schedule_table`, every rank), so a new algorithm is modelled
+the moment it is registered.
 
 Assumptions (each a simplification that the measurements of `python -m
 ringcoll.model` judge):
@@ -222,12 +222,13 @@ def elements(collective: str, nbytes: int, p: int, elem: int) -> int:
 KINDS = {"send": 0, "recv_copy": 1, "recv_reduce": 2}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Transfers:
     """Every rank's schedule of one call as one table: `rows` (int64, one row per
     transfer, in rank, step and schedule order) holds (rank, step, kind, peer,
     begin, end) with kind as in KINDS; `steps` is the most steps any rank has,
-    `scratch` the most scratch elements any rank asks for."""
+    `scratch` the most scratch elements any rank asks for. `rows` is read-only:
+    transfers() hands out cached tables."""
     p: int
     rows: np.ndarray
     steps: int
@@ -241,7 +242,9 @@ def transfers(algo: str, collective: str, p: int, n: int) -> Transfers:
     """The registered schedules of `algo` for `collective` (bench name), p ranks
     and n elements, built in the extension for every rank at once."""
     rows, steps, scratch = _C.schedule_table(algo, SCHEDULE_NAME[collective], p, n)
-    return Transfers(p, rows.numpy(), max(steps, default=0), max(scratch, default=0))
+    rows = rows.numpy()
+    rows.setflags(write=False)
+    return Transfers(p, rows, max(steps, default=0), max(scratch, default=0))
 
 
 def transfers_of(scheds) -> Transfers:
@@ -256,12 +259,12 @@ def transfers_of(scheds) -> Transfers:
                      max((x.get("scratch", 0) for x in scheds), default=0))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Payments:
     """What each rank pays, one row per (step, rank, peer) payment as the module
     docstring counts them: every non-empty transfer, and with the header two
-    messages of HEADER_BYTES (out and in) to each of the rank's peers and ring
-    neighbours in step 0. `steps` counts the header step; arrays are parallel."""
+    messages of HEADER_BYTES (out and in, one message each way: a segment is never
+    smaller than 64 bytes) to each of the rank's peers and ring neighbours in step 0. `steps` counts the header step; arrays are parallel."""
     p: int
     steps: int
     step: np.ndarray
@@ -295,13 +298,7 @@ def payments(tr: Transfers, elem: int, chunk_bytes: int, fingerprint: bool) -> P
     msgs = -(-nb // seg)
     reduced = np.where(rows[:, 2] == KINDS["recv_reduce"], nb, 0)
     if header:
-        ranks = np.arange(p)
-        pair = np.zeros(p * p, dtype=bool)  # (rank, peer) -> exchanges a header
-        pair[rank * p + peer] = True
-        pair[ranks * p + (ranks + 1) % p] = True
-        pair[ranks * p + (ranks - 1) % p] = True
-        pair[ranks * p + ranks] = False
-        pairs = np.flatnonzero(pair)
+        pairs = _header_pairs(p, rank * p + peer)
         k = len(pairs)
         step = np.concatenate([np.zeros(k, np.int64), step])
         rank = np.concatenate([pairs // p, rank])
@@ -312,6 +309,21 @@ def payments(tr: Transfers, elem: int, chunk_bytes: int, fingerprint: bool) -> P
     f = np.float64
     return Payments(p, tr.steps + header, step, rank, peer, msgs.astype(f), nb.astype(f),
                     reduced.astype(f))
+
+
+def _header_pairs(p: int, keys: np.ndarray, dense_max: int = 4096) -> np.ndarray:
+    """The distinct rank * p + peer keys among `keys` and every rank's ring
+    neighbours, without a rank's own key, in increasing order: by a dense p x p
+    mark up to p = dense_max (faster than sorting), else by sorting."""
+    ranks = np.arange(p)
+    keys = np.concatenate([keys, ranks * p + (ranks + 1) % p, ranks * p + (ranks - 1) % p])
+    if p <= dense_max:
+        mark = np.zeros(p * p, dtype=bool)
+        mark[keys] = True
+        mark[ranks * p + ranks] = False
+        return np.flatnonzero(mark)
+    keys = np.unique(keys)
+    return keys[keys // p != keys % p]
 
 
 def critical_path(cost: np.ndarray, counts: np.ndarray, per_host: int, cores: int):

@@ -96,6 +96,13 @@ def resolve(value: str, p: int, transport: str, cal: Calibration) -> str:
     other choices of one collective."""
     if not wants_auto(value):
         return value
+    try:
+        return _resolve(value, p, transport, cal)
+    finally:
+        transfers.cache_clear()  # resolved once per group: keep no tables (large at big p)
+
+
+def _resolve(value: str, p: int, transport: str, cal: Calibration) -> str:
     body = value.split("#", 1)[0].strip()
     by_select = {SELECT_NAME[c]: c for c in COLLECTIVES}
     if body == "auto":
