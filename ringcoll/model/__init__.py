@@ -264,7 +264,8 @@ class Payments:
     """What each rank pays, one row per (step, rank, peer) payment as the module
     docstring counts them: every non-empty transfer, and with the header two
     messages of HEADER_BYTES (out and in, one message each way: a segment is never
-    smaller than 64 bytes) to each of the rank's peers and ring neighbours in step 0. `steps` counts the header step; arrays are parallel."""
+    smaller than 64 bytes) to each of the rank's peers and ring neighbours in step
+    0. `steps` counts the header step; the arrays are parallel."""
     p: int
     steps: int
     step: np.ndarray
