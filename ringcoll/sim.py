@@ -48,8 +48,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import check as checker
-from .model import (DTYPE_BYTES, Transfers, critical_path, elements, payments, staging_bytes,
-                    staging_term, transfers, transfers_of)
+from .model import (DTYPE_BYTES, Transfers, critical_path, elements, payments, staging_term,
+                    transfers, transfers_of)
 
 CHECK_MAX_P = 64
 CHECK_MAX_N = 4096
@@ -87,9 +87,6 @@ class Topology:
     @property
     def p(self) -> int:
         return self.hosts * self.per_host
-
-    def host(self, r: int) -> int:
-        return r // self.per_host
 
 
 @dataclass
@@ -156,18 +153,10 @@ def _simulate(tr: Transfers, collective, topo: Topology, n: int, dtype, checked)
     alpha = np.where(inter, topo.inter.alpha, topo.intra.alpha) + (topo.wake if crowded else 0.0)
     beta = np.where(inter, topo.inter.beta, topo.intra.beta)
     cost = pay.per_step(pay.msgs * alpha + pay.nbytes * beta + pay.reduced * topo.gamma)
-    counts = pay.counts()
-    t, row = critical_path(cost, counts, topo.per_host, cores)
-    moves = counts[:, :, 0].any(axis=1)
-    crit = np.array([1.0, *row.sum(axis=0), row[:, 0].sum() if crowded else 0.0, 0.0,
-                     moves.sum()])
-    total = topo.overhead + t.sum() + moves.sum() * topo.step
-    if p > 1:  # the staging copies: the slowest host's, each host as the model's one
-        copied = staging_bytes(collective, p, n, elem)
-        crit[5] = max(staging_term(copied[h * topo.per_host:(h + 1) * topo.per_host], cores)
-                      for h in range(topo.hosts))
-        total += crit[5] * topo.copy
-    return Result(float(total), tr.steps, crit, checked)
+    seconds, crit = critical_path(cost, pay.counts(), topo.per_host, cores)
+    crit[5] = staging_term(collective, p, n, elem, topo.per_host, cores)
+    total = topo.overhead + seconds + crit[6] * topo.step + crit[5] * topo.copy
+    return Result(total, tr.steps, crit, checked)
 
 
 # The README table: two link classes, 8 ranks per host.

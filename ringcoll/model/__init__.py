@@ -328,12 +328,12 @@ def _header_pairs(p: int, keys: np.ndarray, dense_max: int = 4096) -> np.ndarray
 
 
 def critical_path(cost: np.ndarray, counts: np.ndarray, per_host: int, cores: int):
-    """Per step, from each rank's cost (steps, p) and counts (steps, p, 3): the
-    step's time and the counts along it, as the module docstring says: the slowest
-    rank's, or, on a host whose per_host ranks outnumber its cores and whose work
-    spread over the cores takes longer, that host's sums / cores (the slowest such
-    host; ties go to the lowest rank or host). Returns (time (steps,), counts
-    (steps, 3))."""
+    """The call's critical path from each rank's cost (steps, p) and counts
+    (steps, p, 3) per step, as the module docstring says: a step takes its slowest
+    rank's time, or, on a host whose per_host ranks outnumber its cores and whose
+    work spread over the cores takes longer, that host's sums / cores (the slowest
+    such host; ties go to the lowest rank or host). Returns (seconds of the steps,
+    summed; terms()'s counts but the copy bytes, which staging_term gives)."""
     steps = np.arange(cost.shape[0])
     r = np.argmax(cost, axis=1)
     t, row = cost[steps, r], counts[steps, r]
@@ -345,7 +345,10 @@ def critical_path(cost: np.ndarray, counts: np.ndarray, per_host: int, cores: in
         t = np.where(worse, spread[steps, h], t)
         row = np.where(worse[:, None],
                        counts.reshape(-1, hosts, per_host, 3).sum(axis=2)[steps, h] / cores, row)
-    return t, row
+    crowded = per_host > cores
+    moves = counts[:, :, 0].any(axis=1).sum()  # rounds: steps in which anything moves
+    return float(t.sum()), np.array([1.0, *row.sum(axis=0), row[:, 0].sum() if crowded else 0.0,
+                                     0.0, moves])
 
 
 def staging_bytes(collective: str, p: int, n: int, elem: int) -> np.ndarray:
@@ -368,15 +371,17 @@ def loads(algo, collective, p, nbytes, dtype="float32", chunk_bytes=DEFAULT_CHUN
     return payments(transfers(algo, collective, p, n), elem, chunk_bytes, fingerprint).counts()
 
 
-def staging_term(copied: np.ndarray, cores: int) -> float:
-    """The staging step's critical path in bytes copied: the slowest rank's, or,
-    when ranks outnumber cores and all their copies spread over the cores take
-    longer, the sum / cores (as critical_path)."""
-    if copied.size == 0:
-        return 0.0
+def staging_term(collective: str, p: int, n: int, elem: int, per_host: int, cores: int) -> float:
+    """The staging step's critical path in bytes copied, p ranks in hosts of
+    per_host: the slowest rank's, or, on a host whose ranks outnumber its cores and
+    whose copies spread over the cores take longer, that host's sum / cores (as
+    critical_path)."""
+    if p < 2:
+        return 0.0  # one rank moves nothing, so it stages nothing either
+    copied = staging_bytes(collective, p, n, elem).reshape(-1, per_host)
     worst = float(copied.max())
-    if copied.size > cores:
-        worst = max(worst, float(copied.sum()) / cores)
+    if per_host > cores:
+        worst = max(worst, float(copied.sum(axis=1).max()) / cores)
     return worst
 
 
@@ -387,15 +392,10 @@ def terms(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float
     link = cal.link(transport, p)
     g = cal.gamma.get(dtype, cal.gamma["float32"])
     ld = loads(algo, collective, p, nbytes, dtype, cal.chunk_bytes, cal.fingerprint)
-    crowded = p > cal.cores
-    per = np.array([link.alpha + (link.wake if crowded else 0.0), link.beta, g])
-    _, row = critical_path(ld @ per, ld, p, cal.cores)
-    moves = ld[:, :, 0].any(axis=1).sum()
-    t = np.array([1.0, *row.sum(axis=0), row[:, 0].sum() if crowded else 0.0, 0.0, moves])
+    per = np.array([link.alpha + (link.wake if p > cal.cores else 0.0), link.beta, g])
+    _, t = critical_path(ld @ per, ld, p, cal.cores)
     elem = DTYPE_BYTES[dtype]
-    if p > 1:
-        t[5] = staging_term(staging_bytes(collective, p, elements(collective, nbytes, p, elem),
-                                          elem), cal.cores)
+    t[5] = staging_term(collective, p, elements(collective, nbytes, p, elem), elem, p, cal.cores)
     return t
 
 
