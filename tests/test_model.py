@@ -84,6 +84,13 @@ def test_schedule_table_is_the_schedules_as_data(algo, collective):
             assert (table.p, table.steps, table.scratch) == (data.p, data.steps, data.scratch)
 
 
+def test_schedule_table_refuses_what_it_cannot_build():
+    with pytest.raises(RuntimeError, match=r"schedule_table: p = 0 \(need p >= 1\)"):
+        _C.schedule_table("ring", "allreduce", 0, 4)
+    with pytest.raises(ValueError, match="tree provides: allreduce, broadcast, reduce"):
+        _C.schedule_table("tree", "reduce_scatter", 2, 4)
+
+
 def _walk(scheds, topo, collective, n, elem):
     """The simulator's rules walked transfer by transfer over schedules as data:
     (seconds, counts along the critical path); the reference the vectorized code
