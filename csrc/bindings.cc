@@ -9,17 +9,17 @@
 #include <tuple>
 #include <vector>
 
-#include "algo/collectives.h"
-#include "algo/plan.h"
-#include "algo/registry.h"
-#include "algo/schedule.h"
-#include "algo/select.h"
 #include "backend/backend.h"
 #include "backend/checks.h"
-#include "backend/topology.h"
 #include "common/knobs.h"
+#include "engine/collectives.h"
+#include "engine/plan.h"
+#include "engine/topology.h"
 #include "reduce/reducer.h"
 #include "reduce/vector.h"
+#include "schedules/registry.h"
+#include "schedules/schedule.h"
+#include "schedules/select.h"
 #ifdef RINGCOLL_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>

@@ -7,7 +7,7 @@ algorithm's schedule does what its collective promises.
     python -m ringcoll.check biring               # every collective it provides,
                                                   # p = 1..64 (main() below)
 
-It asks the extension for every rank's schedule (csrc/algo/schedule.h: steps of
+It asks the extension for every rank's schedule (csrc/schedules/schedule.h: steps of
 transfers, each a send or a receive that is copied or reduced into place, of an
 element range with one peer) and walks all ranks step by step on symbolic data.
 Each element holds (index, contributors, finishes): the buffer position it stands
@@ -35,7 +35,7 @@ receive-reduce merges two values of the same position. It checks:
              is block r, the root's; all-to-all: rank r's result is its receive
              blocks, block s holding what rank s sent it.
 
-A schedule's scratch (csrc/algo/schedule.h) extends its buffer past n with a copy
+A schedule's scratch (csrc/schedules/schedule.h) extends its buffer past n with a copy
 of the first elements, taken before step 0. All-to-all's buffer is each rank's
 send blocks then its receive blocks, sized by a p x p count matrix (`counts[s][d]`
 elements from s to d; alltoall_counts(p, n) by default, uneven, with empty

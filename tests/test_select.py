@@ -1,4 +1,4 @@
-"""RINGCOLL_ALGO parsing and selection (csrc/algo/select.h), pure: no processes.
+"""RINGCOLL_ALGO parsing and selection (csrc/schedules/select.h), pure: no processes.
 
 Good values pick the algorithm a collective of a given byte size runs and say why;
 bad values are ValueErrors naming RINGCOLL_ALGO, the bad part and what is accepted;

@@ -28,7 +28,7 @@
 // All-gather moves bytes, so its tensors may have different dtypes (each
 // output has its input's dtype); reduce-scatter reduces, so all its tensors
 // share one dtype. Every rank must pass the same list (count, dtypes, numels in
-// order): the fingerprint carries a digest of it (algo/fingerprint.h).
+// order): the fingerprint carries a digest of it (engine/fingerprint.h).
 //
 // Cost: one pack and one unpack copy of the data on top of the schedule; the
 // price of running k collectives as one (one header exchange, one set of

@@ -1,7 +1,7 @@
 // The c10d methods that move blocks without reducing: gather, scatter, all-to-all
 // (a list of tensors, any sizes) and alltoall_base (one tensor, equal or given
 // split sizes; what all_to_all_single calls). Each checks its arguments once, on
-// the calling thread, and runs its schedule (algo/gather.cc, scatter.cc,
+// the calling thread, and runs its schedule (engine/collectives/gather.cc, scatter.cc,
 // alltoall.cc; the algorithm RINGCOLL_ALGO picks, direct by default) directly on
 // the user's tensors: a contiguous tensor is used in
 // place, a non-contiguous one through a contiguous copy written back at the end.

@@ -4,8 +4,8 @@
 
 #include <ATen/ATen.h>
 
-#include "algo/collectives.h"
-#include "algo/fingerprint.h"
+#include "engine/collectives.h"
+#include "engine/fingerprint.h"
 #include "reduce/types.h"
 
 namespace ringcoll {
@@ -30,7 +30,7 @@ inline bool overlaps(const at::Tensor& a, const at::Tensor& b) {
   return pa < pb + bytesOf(b) && pb < pa + bytesOf(a);
 }
 
-// A call's fingerprint as this rank sees it (algo/fingerprint.h); launch() adds
+// A call's fingerprint as this rank sees it (engine/fingerprint.h); launch() adds
 // the sequence number, the rank and the algorithm. `count`: the elements of one
 // rank's contribution as the user passed them (all_gather: its input; reduce_scatter:
 // its output; the coalesced variants: all tensors together; gather and scatter:

@@ -1,5 +1,5 @@
 // The point-to-point c10d API of RingcollBackend over its P2PEngine
-// (backend/p2p.h): send, recv, recv from any source; start/endCoalescing, which
+// (engine/p2p.h): send, recv, recv from any source; start/endCoalescing, which
 // torch's batch_isend_irecv uses once a backend supports coalescing; and
 // monitoredBarrier, built from the same messages on a channel of its own.
 //

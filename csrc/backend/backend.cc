@@ -11,9 +11,10 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "backend/gloo_port.h"
-#include "backend/topology.h"
 #include "backend/work.h"
 #include "common/errors.h"
+#include "common/failure.h"
+#include "engine/topology.h"
 
 namespace ringcoll {
 
@@ -24,15 +25,6 @@ using Clock = std::chrono::steady_clock;
 // is handed to the worker, so that async_op=True returns promptly when a peer is
 // late; an on-time small collective finishes well within it.
 constexpr auto kInlineBudget = std::chrono::milliseconds(2);
-
-// How often a CPU collective that waits looks for reasons to stop: a disagreement
-// another rank reported in the store (one store round trip, tens of
-// microseconds, ten times a second), abort(), shutdown().
-constexpr auto kReportPoll = std::chrono::milliseconds(100);
-
-// shutdown() lets a collective in flight finish while it makes progress; one that
-// waited this long for its peers is failed instead of waiting out the timeout.
-constexpr auto kShutdownGrace = std::chrono::seconds(2);
 
 // Point-to-point's gloo lanes wait this long for one message: a peer may send
 // nothing for hours, and a lane that timed out would close the gloo pair the

@@ -14,7 +14,7 @@
 // backend unusable (the ring's message pairing is lost): later collectives fail
 // at once with the first error instead of hanging.
 //
-// Ranks that disagree about a collective (algo/fingerprint.h) are caught by the
+// Ranks that disagree about a collective (engine/fingerprint.h) are caught by the
 // ranks that exchange headers with each other; the rank that sees a disagreement
 // also writes it to the group's store, and every rank whose collective waits for
 // its peers looks there every kReportPoll, so the ranks that saw nothing raise
@@ -26,7 +26,7 @@
 // collectives, now and then, and when it stops.
 //
 // Point-to-point (send, recv, recv from any source, batch_isend_irecv through
-// start/endCoalescing) and monitoredBarrier run on a P2PEngine (backend/p2p.h)
+// start/endCoalescing) and monitoredBarrier run on a P2PEngine (engine/p2p.h)
 // with transports of their own, built like the collectives' (shared memory within
 // a host, gloo between hosts): user messages never interleave with a collective's
 // pairing, and a failed send or recv does not make the collectives unusable.
@@ -50,16 +50,16 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/version.h>
 
-#include "algo/collectives.h"
-#include "algo/executor.h"
-#include "algo/registry.h"
-#include "algo/select.h"
-#include "backend/call.h"
-#include "backend/p2p.h"
 #include "backend/trace_writer.h"
-#include "backend/worker.h"
 #include "common/knobs.h"
+#include "engine/call.h"
+#include "engine/collectives.h"
+#include "engine/executor.h"
+#include "engine/p2p.h"
+#include "engine/worker.h"
 #include "reduce/reducer.h"
+#include "schedules/registry.h"
+#include "schedules/select.h"
 #include "transport/routed_transport.h"
 #ifdef RINGCOLL_WITH_CUDA
 #include "backend/cuda_path.h"

@@ -9,7 +9,7 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/Types.hpp>
 
-#include "algo/collectives.h"
+#include "engine/collectives.h"
 #include "reduce/types.h"
 
 namespace ringcoll::checks {

@@ -16,10 +16,8 @@ namespace ringcoll {
 namespace {
 // Where a rank that detected a failure leaves it for the others (one per group).
 const char* const kCudaFailureKey = "ringcoll/cuda/failure";
-// How often the watchdog looks, and how old work must be before it also asks the
-// store whether another rank failed.
+// How often the watchdog looks at the device (the store: kReportPoll).
 constexpr auto kWatchdogPoll = std::chrono::milliseconds(10);
-constexpr auto kStorePoll = std::chrono::milliseconds(100);
 
 std::exception_ptr backendError(const std::string& msg) {
   try {
@@ -396,8 +394,8 @@ void CudaPath::watchdog() {
                          " (send); communicator aborted");
         }
       }
-      if (why.empty() && now - oldest->started() > kStorePoll &&
-          now - lastStoreLook > kStorePoll) {
+      if (why.empty() && now - oldest->started() > kReportPoll &&
+          now - lastStoreLook > kReportPoll) {
         lastStoreLook = now;
         const std::string other = peerReport();
         if (!other.empty()) {

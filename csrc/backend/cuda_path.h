@@ -47,10 +47,11 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
-#include "algo/executor.h"
-#include "algo/fingerprint.h"
-#include "backend/call.h"
+#include "common/failure.h"
 #include "common/knobs.h"
+#include "engine/call.h"
+#include "engine/executor.h"
+#include "engine/fingerprint.h"
 #include "reduce/cuda_reducer.h"
 #include "transport/nccl_comm.h"
 #include "transport/nccl_transport.h"
@@ -62,7 +63,7 @@ class CudaWork;
 class CudaPath {
  public:
   // `tracer`: RINGCOLL_TRACE's (null when off); it records host times only
-  // (algo/trace.h). Creating the communicator waits at most `timeout` for the
+  // (engine/trace.h). Creating the communicator waits at most `timeout` for the
   // other ranks.
   CudaPath(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
            std::chrono::milliseconds timeout, const Knobs& knobs, c10::DeviceIndex device,
@@ -87,8 +88,6 @@ class CudaPath {
   // ProcessGroup abort(): fails outstanding work at once and aborts the
   // communicator.
   void abort(const std::string& why);
-
-  static constexpr std::chrono::milliseconds kShutdownGrace{2000};
 
  private:
   void watchdog();

@@ -1,4 +1,4 @@
-// RINGCOLL_TRACE: the file side of the executor's timeline (algo/trace.h).
+// RINGCOLL_TRACE: the file side of the executor's timeline (engine/trace.h).
 //
 // Every rank of a traced group writes <dir>/ringcoll-g<group>-rank<r>.json, a
 // Chrome trace (trace event format, JSON array form, which chrome://tracing and
@@ -38,7 +38,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include "algo/trace.h"
+#include "engine/trace.h"
 
 namespace ringcoll {
 

@@ -30,7 +30,7 @@ class PeerError : public std::runtime_error {
   bool timedOut_;
 };
 
-// Ranks disagree about a collective (algo/fingerprint.h): what() names both calls,
+// Ranks disagree about a collective (engine/fingerprint.h): what() names both calls,
 // peer() the rank whose header disagreed. Detected before any payload was touched.
 class MismatchError : public PeerError {
  public:

@@ -3,11 +3,11 @@
 // ringcoll.Options (pg_options of init_process_group / new_group), which win.
 //
 //   field        variable               default  meaning
-//   algo         RINGCOLL_ALGO          ring     algorithm(s) from algo/registry.cc: one
+//   algo         RINGCOLL_ALGO          ring     algorithm(s) from schedules/registry.cc: one
 //                                                name for every collective, or per
 //                                                collective and byte-size range, e.g.
 //                                                allreduce=twoshot:0-64K,rhd:64K-1M,ring;
-//                                                broadcast=tree (grammar: algo/select.h),
+//                                                broadcast=tree (grammar: schedules/select.h),
 //                                                or auto: the cost model's choice for
 //                                                this p and transport, resolved by the
 //                                                Python creator (ringcoll/model/auto.py)
@@ -25,7 +25,7 @@
 //                                                step up to this size is one launch
 //   gpuFingerprint RINGCOLL_GPU_FINGERPRINT 0    1: CUDA collectives carry the header
 //                                                too, in their first NCCL batch, compared
-//                                                on the device (algo/executor.h);
+//                                                on the device (engine/executor.h);
 //                                                experimental and off: its first GPU run
 //                                                (2026-11-23) reported a false mismatch
 //                                                (a stale header) in back-to-back reduce
@@ -58,7 +58,7 @@
 //   fingerprint  RINGCOLL_FINGERPRINT   1        1: every CPU collective opens with the
 //                                                64-byte header exchange that catches
 //                                                ranks disagreeing about it
-//                                                (algo/fingerprint.h); 0: skip it, to
+//                                                (engine/fingerprint.h); 0: skip it, to
 //                                                measure what it costs
 //   trace        RINGCOLL_TRACE         (off)    a directory: every rank writes a
 //                                                Chrome/Perfetto trace of each
@@ -74,7 +74,7 @@
 // An unknown RINGCOLL_* variable or a bad value is an error naming the variable,
 // the value and what is accepted: a typo must never be silently ignored. (The
 // RINGCOLL_ALGO value is parsed against the registry where algorithms live,
-// algo/select.h.)
+// schedules/select.h.)
 #pragma once
 
 #include <cstddef>

@@ -93,7 +93,7 @@ __global__ void copyKernel(char* dst, const char* src, size_t bytes, VecSplit s,
   for (size_t i = bytes - s.tail + tid; i < bytes; i += stride) dst[i] = src[i];
 }
 
-// The fingerprint check (algo/fingerprint.h) on the device: one block of
+// The fingerprint check (engine/fingerprint.h) on the device: one block of
 // kHeaderBytes threads compares the received header with the expected one; on a
 // difference the first such kernel records both and the peer in the control
 // block, then sets the stop word.

@@ -24,7 +24,7 @@
 
 namespace ringcoll {
 
-constexpr size_t kHeaderBytes = 64;  // algo/fingerprint.h's header
+constexpr size_t kHeaderBytes = 64;  // engine/fingerprint.h's header
 struct HeaderBytes {
   uint8_t b[kHeaderBytes];
 };

@@ -40,7 +40,7 @@ class Reducer {
   virtual size_t streamingBytes() const = 0;
 
   // The fingerprint check on a device (stream-ordered transports; the CPU path
-  // compares headers on the host, algo/executor.h). headerSlot: a 64-byte buffer
+  // compares headers on the host, engine/executor.h). headerSlot: a 64-byte buffer
   // in device memory (slot 0 is this rank's header, the others receive); write-
   // Header: bytes (host memory, copied at the call) to a slot, in stream order;
   // checkHeader: in stream order, compare a received header with `want` (host
@@ -48,9 +48,9 @@ class Reducer {
   // record both (reduce/cuda_reducer.h). The CPU reducer has none of these.
   virtual void* headerSlot(size_t) { return nullptr; }
   // `bytes` of memory on this reducer's device, 64-byte aligned, for a job's
-  // scratch (algo/schedule.h), freed when the last holder lets go (after the job);
+  // scratch (schedules/schedule.h), freed when the last holder lets go (after the job);
   // null where the device has none to give yet (CUDA: an algorithm needing scratch
-  // is refused there, algo/collectives.h).
+  // is refused there, engine/collectives.h).
   virtual std::shared_ptr<void> allocate(size_t) { return nullptr; }
   virtual void writeHeader(void*, const void*, size_t) {}
   virtual void checkHeader(const void*, const void*, size_t, int) {}

@@ -1,6 +1,6 @@
 // One transport per link: every peer is served by the transport chosen for its
 // link (shared memory within a host, gloo between hosts; the backend decides, see
-// backend/topology.h). The routed transport forwards each verb to the peer's
+// engine/topology.h). The routed transport forwards each verb to the peer's
 // transport and sleeps on the doorbell they all ring, so a rank whose ring has one
 // link of each kind waits for both at once.
 #pragma once

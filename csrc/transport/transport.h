@@ -44,7 +44,7 @@
 // enqueued and work on it is ordered after the transfer on the device; a send is
 // done once enqueued). A stream-ordered transport runs each batch as one unit that
 // must pair with the peers' batches, so the executor posts to it in waves, the
-// same on every rank (algo/executor.h).
+// same on every rank (engine/executor.h).
 //
 // A peer that failed (exited, closed its connection, sent a message of the wrong
 // size) makes any verb throw PeerError naming it. Timeouts are the executor's.

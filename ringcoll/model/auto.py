@@ -3,7 +3,7 @@
 Why resolve in Python, at group creation: the choice depends on the world size,
 the transport and the calibration, all known when the group is created, and on
 nothing that changes later; written out as an ordinary RINGCOLL_ALGO value
-(csrc/algo/select.h) it is parsed, checked and logged by the one selector the
+(csrc/schedules/select.h) it is parsed, checked and logged by the one selector the
 backend already has, costs nothing per call, and can be printed, pasted and
 replayed. The value carries a note after '#' that RINGCOLL_DEBUG prints as the
 reason ("auto: predicted fastest (model ..., shm, p=4)").

@@ -1,0 +1,19 @@
+// The failure protocol's timings, one copy for the CPU path (backend.cc), the CUDA
+// path (cuda_path.h) and the point-to-point engine (engine/p2p.h).
+#pragma once
+
+#include <chrono>
+
+namespace ringcoll {
+
+// shutdown() (destroy_process_group) lets work in flight finish while it makes
+// progress; work that waited this long for its peers is failed instead of waiting
+// out the group's timeout, so a clean exit never hangs on a dead peer.
+constexpr std::chrono::milliseconds kShutdownGrace{2000};
+
+// How often work that waits looks in the group's store for a failure another rank
+// reported there (one store round trip, tens of microseconds). Work younger than
+// this does not look at all, so collectives on time never touch the store.
+constexpr std::chrono::milliseconds kReportPoll{100};
+
+}  // namespace ringcoll

@@ -1,0 +1,92 @@
+// Progress on a stream-ordered transport (NCCL): waves instead of free-running
+// channels (engine/executor.h). Every rank posts the same waves in the same order, one
+// batch each, so each batch pairs with the peers' batch of the same wave: NCCL runs
+// a batch as one unit on a stream, and a send in one batch waiting for a receive
+// in a later batch of its peer could deadlock.
+#include "engine/executor.h"
+
+#include "common/errors.h"
+
+namespace ringcoll::algo {
+
+bool Execution::progressWaves() {
+  const auto& waves = plan_.waves;
+  // The fingerprint on the device (executor.h): this rank's header out to every
+  // peer and theirs in, ahead of the first wave's transfers and in its batch (a
+  // batch of their own when there is no wave).
+  if (!devPosted_ && !devPeers_.empty()) {
+    void* mine = reducer_.headerSlot(0);
+    reducer_.writeHeader(mine, &devHeader_, sizeof(Fingerprint));
+    for (int peer : devPeers_) {
+      const bool posted =
+          transport_.trySend(peer, mine, sizeof(Fingerprint)) &&
+          transport_.tryPostRecv(peer, reducer_.headerSlot(1 + static_cast<size_t>(peer)),
+                                 sizeof(Fingerprint));
+      RC_ASSERT(posted, "a stream-ordered transport refused a header");
+    }
+    devPosted_ = true;
+    if (waves.empty()) transport_.flush();
+  }
+  // Compared before any payload received with them is consumed.
+  if (devPosted_ && !devChecked_ && (waves.empty() || waveConsumed_ < wavePosted_)) {
+    for (int peer : devPeers_) {
+      const void* view = transport_.recvView(peer);
+      RC_ASSERT(view != nullptr, "no view of a posted header receive from rank ", peer);
+      reducer_.checkHeader(view, &devWant_, sizeof(Fingerprint), peer);
+      transport_.releaseRecv(peer);
+    }
+    devChecked_ = true;
+    return true;
+  }
+  // Post the next wave, at most one ahead of the consumed ones, once every transfer
+  // in it is ready: one batch, the same on every rank.
+  if (wavePosted_ < waves.size() && wavePosted_ <= waveConsumed_ + 1) {
+    const auto& w = waves[wavePosted_];
+    bool ready = true;
+    for (uint32_t i : w) ready = ready && this->ready(plan_.ops[i]);
+    if (ready) {
+      // Traced: the host time the wave was enqueued (engine/trace.h).
+      const int64_t now = trace_ ? Tracer::now() : 0;
+      for (uint32_t i : w) {
+        const PlanOp& op = plan_.ops[i];
+        const bool posted = op.kind == OpKind::kSend
+            ? transport_.trySend(op.peer, at(op), bytes(op))
+            : transport_.tryPostRecv(op.peer, op.kind == OpKind::kRecvCopy ? at(op) : nullptr,
+                                     bytes(op));
+        RC_ASSERT(posted, "a stream-ordered transport refused a post");
+        if (OpTrace* t = traced(i)) {
+          t->post = now;
+          if (op.kind == OpKind::kSend) t->done = now;  // done once enqueued
+        }
+        state_[i] = 1;
+      }
+      transport_.flush();
+      // Done once enqueued: whatever later writes these elements is ordered after the
+      // batch on the device.
+      for (uint32_t i : w) {
+        if (plan_.ops[i].kind == OpKind::kSend) setDone(i);
+      }
+      ++wavePosted_;
+      return true;
+    }
+  }
+  if (waveConsumed_ < wavePosted_) {
+    for (uint32_t i : waves[waveConsumed_]) {
+      const PlanOp& op = plan_.ops[i];
+      if (op.kind == OpKind::kSend) continue;
+      const void* view = transport_.recvView(op.peer);
+      RC_ASSERT(view != nullptr, "a stream-ordered transport has no view of a posted receive");
+      OpTrace* t = traced(i);
+      if (t) t->arrive = Tracer::now();
+      consume(op, view);
+      transport_.releaseRecv(op.peer);
+      if (t) t->done = Tracer::now();
+      setDone(i);
+    }
+    ++waveConsumed_;
+    return true;
+  }
+  return runFinishes();
+}
+
+}  // namespace ringcoll::algo

@@ -1,0 +1,173 @@
+#include "engine/plan.h"
+
+#include <algorithm>
+
+#include "common/errors.h"
+
+namespace ringcoll::algo {
+
+namespace {
+
+bool reads(OpKind k) { return k != OpKind::kRecvCopy; }
+bool writes(OpKind k) { return k != OpKind::kSend; }
+
+OpKind opKind(Kind k) {
+  switch (k) {
+    case Kind::kSend: return OpKind::kSend;
+    case Kind::kRecvCopy: return OpKind::kRecvCopy;
+    case Kind::kRecvReduce: return OpKind::kRecvReduce;
+  }
+  RC_ASSERT(false, "unknown transfer kind");
+}
+
+void addSegments(std::vector<PlanOp>& ops, OpKind kind, int peer, int step, Range r,
+                 size_t segElems) {
+  uint32_t k = 0;
+  for (size_t b = r.begin; b < r.end; b += segElems, ++k) {
+    PlanOp op;
+    op.kind = kind;
+    op.peer = peer;
+    op.step = step;
+    op.seg = k;
+    op.begin = b;
+    op.count = std::min(segElems, r.end - b);
+    ops.push_back(op);
+  }
+}
+
+// Element intervals between all operation boundaries: every operation covers a
+// run of whole intervals, so "which earlier operations touch these elements" is a
+// walk over a few intervals instead of a search over all operations.
+struct Intervals {
+  explicit Intervals(const std::vector<PlanOp>& ops) {
+    for (const auto& op : ops) {
+      cuts.push_back(op.begin);
+      cuts.push_back(op.begin + op.count);
+    }
+    std::sort(cuts.begin(), cuts.end());
+    cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    lastWriter.assign(cuts.empty() ? 0 : cuts.size() - 1, -1);
+    readers.resize(lastWriter.size());
+  }
+  std::pair<size_t, size_t> of(const PlanOp& op) const {
+    const auto lo = std::lower_bound(cuts.begin(), cuts.end(), op.begin) - cuts.begin();
+    const auto hi = std::lower_bound(cuts.begin(), cuts.end(), op.begin + op.count) -
+        cuts.begin();
+    return {static_cast<size_t>(lo), static_cast<size_t>(hi)};
+  }
+  std::vector<size_t> cuts;
+  std::vector<int64_t> lastWriter;              // per interval
+  std::vector<std::vector<uint32_t>> readers;  // since the last write, per interval
+};
+
+}  // namespace
+
+Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish) {
+  RC_ASSERT(segElems > 0);
+  Plan plan;
+  auto& ops = plan.ops;
+  for (size_t s = 0; s < schedule.steps.size(); ++s) {
+    const Step& st = schedule.steps[s];
+    for (const Transfer& t : st.transfers) {
+      addSegments(ops, opKind(t.kind), t.peer, static_cast<int>(s), t.range, segElems);
+    }
+    if (finish) {
+      for (const Range& r : st.reduced) {
+        addSegments(ops, OpKind::kFinish, -1, static_cast<int>(s), r, segElems);
+      }
+    }
+  }
+
+  // Dependencies, and who depends on each receive-reduce (for forwarding).
+  Intervals iv(ops);
+  std::vector<std::vector<uint32_t>> dependents(ops.size());
+  for (uint32_t i = 0; i < ops.size(); ++i) {
+    const PlanOp& op = ops[i];
+    const auto [lo, hi] = iv.of(op);
+    std::vector<uint32_t> mine;
+    for (size_t e = lo; e < hi; ++e) {
+      if (iv.lastWriter[e] >= 0) mine.push_back(static_cast<uint32_t>(iv.lastWriter[e]));
+      if (writes(op.kind)) mine.insert(mine.end(), iv.readers[e].begin(), iv.readers[e].end());
+    }
+    std::sort(mine.begin(), mine.end());
+    mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
+    ops[i].depBegin = static_cast<uint32_t>(plan.deps.size());
+    plan.deps.insert(plan.deps.end(), mine.begin(), mine.end());
+    ops[i].depEnd = static_cast<uint32_t>(plan.deps.size());
+    for (uint32_t d : mine) dependents[d].push_back(i);
+    for (size_t e = lo; e < hi; ++e) {
+      if (writes(op.kind)) {
+        iv.readers[e].clear();
+        iv.lastWriter[e] = i;
+      } else {
+        iv.readers[e].push_back(i);
+      }
+    }
+  }
+
+  // Forwarding candidates: a send of exactly a receive-reduce's elements that
+  // waits for nothing else.
+  for (uint32_t i = 0; i < ops.size(); ++i) {
+    PlanOp& op = ops[i];
+    if (op.kind != OpKind::kRecvReduce) continue;
+    for (uint32_t d : dependents[i]) {
+      const PlanOp& s = ops[d];
+      if (s.kind == OpKind::kSend && !s.forwarded && s.begin == op.begin &&
+          s.count == op.count && s.depEnd - s.depBegin == 1) {
+        op.forward = static_cast<int32_t>(d);
+        ops[d].forwarded = true;
+        break;
+      }
+    }
+    if (op.forward < 0) continue;
+    bool live = false;
+    for (uint32_t d : dependents[i]) {
+      if (static_cast<int32_t>(d) != op.forward && reads(ops[d].kind)) live = true;
+    }
+    const auto [lo, hi] = iv.of(op);
+    for (size_t e = lo; e < hi && !live; ++e) {
+      const Range cell{iv.cuts[e], iv.cuts[e + 1]};
+      if (iv.lastWriter[e] == static_cast<int64_t>(i) && cell.overlaps(schedule.result)) {
+        live = true;  // part of the output, never overwritten
+      }
+    }
+    op.localLive = live;
+  }
+
+  // Channels, in transport order.
+  std::vector<int> chanOf;
+  for (uint32_t i = 0; i < ops.size(); ++i) {
+    const PlanOp& op = ops[i];
+    if (op.kind == OpKind::kFinish) {
+      plan.finishes.push_back(i);
+      continue;
+    }
+    if (op.peer >= static_cast<int>(chanOf.size())) chanOf.resize(op.peer + 1, -1);
+    if (chanOf[op.peer] < 0) {
+      chanOf[op.peer] = static_cast<int>(plan.channels.size());
+      plan.channels.push_back(Channel{op.peer, {}, {}});
+    }
+    Channel& c = plan.channels[chanOf[op.peer]];
+    (op.kind == OpKind::kSend ? c.sends : c.recvs).push_back(i);
+  }
+
+  // Waves: ops are in (step, transfer, segment) order; regroup by (step, segment).
+  std::vector<uint32_t> byWave;
+  for (uint32_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind != OpKind::kFinish) byWave.push_back(i);
+  }
+  std::stable_sort(byWave.begin(), byWave.end(), [&](uint32_t a, uint32_t b) {
+    return std::make_pair(ops[a].step, ops[a].seg) < std::make_pair(ops[b].step, ops[b].seg);
+  });
+  for (uint32_t i : byWave) {
+    const PlanOp& op = ops[i];
+    if (plan.waves.empty() || ops[plan.waves.back()[0]].step != op.step ||
+        ops[plan.waves.back()[0]].seg != op.seg) {
+      plan.waves.emplace_back();
+    }
+    plan.waves.back().push_back(i);
+  }
+  return plan;
+}
+
+}  // namespace ringcoll::algo

@@ -1,0 +1,72 @@
+// A plan: one rank's schedule compiled into segment-sized operations with their
+// dependencies, which the executor walks with no barrier between steps.
+//
+// Every transfer (and every range a reducing schedule marks complete, when the
+// collective finishes its reduction there) is cut into segments of at most
+// `segElems` elements, in the order (step, transfer, segment); the k-th segment of
+// a send pairs with the k-th segment of the matching receive, since both ranks cut
+// equal ranges the same way. An operation depends only on the earlier operations
+// that touch overlapping elements and conflict with it:
+//
+//   read after write   a send (or a reduce) of elements an earlier receive wrote;
+//   write after read   a receive into elements an earlier send still reads;
+//   write after write  two receives into the same elements keep their order.
+//
+// So segment k of step s+1 leaves as soon as segment k of step s is reduced, while
+// segment k+1 of step s is still on its way.
+//
+// Waves: the operations of one step with the same segment index. A stream-ordered
+// transport (NCCL) gets one batch per wave, in wave order, on every rank, so that
+// every batch pairs with the same batch of its peers.
+//
+// Forwarding: when a send carries exactly the elements a receive-reduce just
+// produced and depends on nothing else, the executor may write the reduction
+// straight into the outgoing message (a copying transport's send slot) instead of
+// reducing in place and copying out again. `localLive` says whether the in-place
+// result is still needed (read later, or part of the result and never
+// overwritten); if not, the reduction is written to the message only.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "schedules/schedule.h"
+
+namespace ringcoll::algo {
+
+enum class OpKind : uint8_t { kSend, kRecvCopy, kRecvReduce, kFinish };
+
+struct PlanOp {
+  OpKind kind = OpKind::kSend;
+  int peer = -1;     // kFinish: -1
+  int step = 0;
+  uint32_t seg = 0;  // segment index within its transfer (or marked range)
+  size_t begin = 0;  // elements
+  size_t count = 0;
+  uint32_t depBegin = 0, depEnd = 0;  // into Plan::deps
+  int32_t forward = -1;               // kRecvReduce: the send it may be written into
+  bool localLive = true;              // kRecvReduce with forward: keep the in-place result
+  bool forwarded = false;             // kSend: the forward of some receive-reduce
+};
+
+// The operations with one peer, in the order the transport carries them.
+struct Channel {
+  int peer = -1;
+  std::vector<uint32_t> sends;
+  std::vector<uint32_t> recvs;
+};
+
+struct Plan {
+  std::vector<PlanOp> ops;
+  std::vector<uint32_t> deps;
+  std::vector<Channel> channels;
+  std::vector<uint32_t> finishes;  // kFinish ops, in order
+  std::vector<std::vector<uint32_t>> waves;  // transfers by (step, segment), in order
+};
+
+// `finish`: also plan a kFinish op on every range the schedule marks reduced.
+// Precondition: segElems > 0.
+Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish);
+
+}  // namespace ringcoll::algo

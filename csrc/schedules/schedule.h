@@ -1,0 +1,106 @@
+// Schedules: pure functions that say, for one rank of a collective, which element
+// ranges it sends to and receives from which peers at every step, and whether a
+// received range is copied or reduced into place.
+//
+// Vocabulary (fixed here, used everywhere):
+//   buffer   - the n elements a collective works on in place, on every rank;
+//   range    - a half-open element range [begin, end) of the buffer;
+//   block    - one of k near-equal parts of a range (split() below). Parts of parts
+//              nest: the quarters of [0, n) are the halves of its halves, which
+//              recursive halving needs and the ring's chunks (k = p) use;
+//   transfer - one send, or one receive that is copied or reduced into place, of
+//              one range with one peer;
+//   step     - the transfers a rank does in one round, with any number of peers;
+//   segment  - the executor's slice of a transfer, at most RINGCOLL_CHUNK_BYTES,
+//              so staging memory stays bounded. Schedules never see segments.
+//
+// Semantics, which the executor implements and ringcoll.check proves for every
+// schedule (tests/test_schedule.py, world sizes 1..64):
+//   * a send at step s carries the range as it is after all of this rank's steps
+//     before s; a receive at step s lands after them. Within one step no range is
+//     written twice and no range is both sent and written, so the order of a
+//     step's transfers does not change what they carry;
+//   * the k-th send from a to b in step s pairs with the k-th receive on b from a
+//     in step s, and the two ranges have the same size (the executor cuts both
+//     into the same segments and the transport keeps them in order);
+//   * `reduced` marks where a rank holds the complete reduction of a range: a
+//     collective that finishes a reduction (AVG's division by p) does it there,
+//     once per element, before the range is sent on;
+//   * `result` is the range that holds the collective's output on this rank;
+//   * `scratch` > 0 extends the buffer past n: elements [n, n + scratch) are memory
+//     the job provides, holding a copy of [0, scratch) taken before step 0 (once
+//     the ranks agreed, after PREMUL_SUM's scaling). An algorithm that must still
+//     send its input after it began reducing into it (one-shot) sends from there.
+//     Transfers may address [0, n + scratch); `result` and `reduced` lie in [0, n).
+//
+// A schedule knows no tensors, devices, streams or sockets, so it can be checked
+// and simulated with none. A new algorithm is a new file producing these plus one
+// line in registry.cc.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ringcoll::algo {
+
+struct Range {
+  size_t begin = 0;
+  size_t end = 0;
+  size_t size() const { return end - begin; }
+  bool empty() const { return end == begin; }
+  bool overlaps(const Range& o) const { return begin < o.end && o.begin < end; }
+  bool operator==(const Range& o) const { return begin == o.begin && end == o.end; }
+};
+
+// Part i of r cut into k near-equal parts: the first r.size() % k parts have one
+// element more; parts may be empty when r.size() < k. Precondition: 0 <= i < k.
+Range split(Range r, int k, int i);
+
+// Block i of [0, n) cut into k blocks.
+inline Range blockRange(size_t n, int k, int i) { return split(Range{0, n}, k, i); }
+
+// a mod p in [0, p) for any a (C++'s % keeps the sign of a): the rank at ring
+// distance a from rank 0. Precondition: p > 0.
+inline int mod(int a, int p) { return ((a % p) + p) % p; }
+
+enum class Kind : uint8_t {
+  kSend,        // send the range to peer
+  kRecvCopy,    // receive the range from peer and store it in place
+  kRecvReduce,  // receive the range from peer and reduce it into place
+};
+
+struct Transfer {
+  Kind kind = Kind::kSend;
+  int peer = -1;
+  Range range;
+};
+
+struct Step {
+  std::vector<Transfer> transfers;
+  std::vector<Range> reduced;  // complete on this rank once this step is done
+};
+
+// What a schedule is computed for.
+struct Params {
+  int rank = 0;
+  int size = 1;
+  size_t n = 0;   // elements of the buffer
+  int root = 0;   // broadcast, reduce
+  // Ring order, position -> rank, with the ranks of one host next to each other
+  // so that a ring crosses each host boundary once. Empty means 0, 1, ..., p-1.
+  std::vector<int> order;
+  // All-to-all: the elements this rank sends to and receives from each rank (p
+  // entries each; n is their total). Empty for the other collectives.
+  std::vector<size_t> sendCounts, recvCounts;
+};
+
+struct Schedule {
+  std::string name;
+  std::vector<Step> steps;
+  Range result;
+  size_t scratch = 0;  // elements past n, starting as a copy of [0, scratch) (above)
+};
+
+}  // namespace ringcoll::algo

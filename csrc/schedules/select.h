@@ -1,0 +1,84 @@
+// Which algorithm runs a collective of a given size: RINGCOLL_ALGO (and
+// ringcoll.Options(algo=...)), parsed once when a backend is created.
+//
+//   ring                   one name for every collective (the default: ring)
+//   allreduce=twoshot:0-64K,rhd:64K-1M,ring;broadcast=tree
+//                          per collective, by the byte size of its buffer
+//
+//   value      := body ['#' note]
+//   body       := name | entry (';' entry)*
+//   entry      := collective '=' choice (',' choice)*
+//   choice     := name | name ':' size '-' size
+//   size       := digits, optionally followed by K, M or G (times 2^10, 2^20, 2^30)
+//   collective := allreduce | reducescatter | allgather | broadcast | reduce | barrier
+//               | gather | scatter | alltoall
+//
+// A range lo-hi covers lo <= bytes < hi; ranges of one collective may not overlap.
+// A choice without a range covers every size the ranges before it do not, and must
+// be the collective's last. Sizes that no choice covers, and collectives the value
+// does not name, run the collective's default (defaultAlgorithm: ring, or direct for
+// gather, scatter and all-to-all). The size is that of the collective's buffer: the
+// tensor (all-reduce, broadcast, reduce), the whole input (reduce-scatter), the
+// whole output (all-gather, gather), the root's whole input (scatter), what this
+// rank sends (all-to-all), p bytes (barrier, an all-reduce of one byte per rank).
+//
+// A bad value is a std::invalid_argument naming RINGCOLL_ALGO, the bad part and
+// what is accepted. An algorithm named for a collective it does not provide is
+// refused here. One name for everything stands where the default says ring: it is
+// applied to each collective as it is called, and one whose default is ring but
+// which the name does not provide is refused then (pick), so that RINGCOLL_ALGO=rhd
+// runs rhd's all-reduce and refuses a broadcast instead of silently running
+// another algorithm. Gather, scatter and all-to-all, which have their own default
+// (direct), run the named algorithm when it provides them and direct otherwise:
+// RINGCOLL_ALGO=ring (the default) or =rhd leaves them running direct, as before
+// they were selectable, while RINGCOLL_ALGO=direct refuses an all-reduce.
+//
+// The note says where a generated value came from: RINGCOLL_DEBUG prints it as the
+// reason of every choice the value makes. `auto` never reaches this parser: the
+// Python creator of the backend replaces it with the cost model's choice, written
+// as an ordinary value with the note "auto: predicted fastest (model ...)"
+// (ringcoll/model/auto.py); here it is refused with a message saying so.
+#pragma once
+
+#include <cstddef>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "schedules/registry.h"
+
+namespace ringcoll::algo {
+
+struct Choice {
+  const Algorithm* algorithm = nullptr;
+  std::string why;  // e.g. "RINGCOLL_ALGO allreduce range 0-64K", for RINGCOLL_DEBUG
+};
+
+class Selector {
+ public:
+  // Throws std::invalid_argument on a bad value.
+  explicit Selector(const std::string& value);
+
+  // The algorithm for collective c over `bytes` bytes. Throws std::invalid_argument
+  // if it does not provide c (only possible with one name for everything).
+  Choice pick(Collective c, size_t bytes) const;
+
+  const std::string& value() const { return value_; }
+
+ private:
+  struct Rule {
+    const Algorithm* algorithm;
+    bool ranged;
+    size_t lo, hi;     // ranged: lo <= bytes < hi
+    std::string text;  // "0-64K", for the reason
+  };
+  void parseEntry(const std::string& entry);
+  std::string noted(const std::string& why) const;  // the note, then why
+
+  std::string value_;  // the body
+  std::string note_;   // after '#', trimmed; may be empty
+  bool single_ = false;  // one name for everything
+  std::vector<Rule> rules_[std::size(kCollectives)];
+};
+
+}  // namespace ringcoll::algo
