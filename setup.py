@@ -31,7 +31,7 @@ except ImportError:
 HERE = os.path.dirname(os.path.abspath(__file__))
 CSRC = os.path.join(HERE, "csrc")
 # Files that need CUDA (or NCCL) to compile; everything else builds in both variants.
-CUDA_ONLY = {"csrc/backend/cuda_path.cc", "csrc/transport/nccl_transport.cc",
+CUDA_ONLY = {"csrc/backend/cuda_device.cc", "csrc/transport/nccl_transport.cc",
              "csrc/transport/nccl_comm.cc"}
 
 

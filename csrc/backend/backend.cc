@@ -10,10 +10,14 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "backend/cpu_stream_device.h"
 #include "backend/gloo_port.h"
 #include "backend/work.h"
 #include "common/errors.h"
 #include "common/failure.h"
+#ifdef RINGCOLL_WITH_CUDA
+#include "backend/cuda_device.h"
+#endif
 #include "engine/topology.h"
 
 namespace ringcoll {
@@ -30,10 +34,6 @@ constexpr auto kInlineBudget = std::chrono::milliseconds(2);
 // nothing for hours, and a lane that timed out would close the gloo pair the
 // collectives use too. The engine times out each request itself.
 constexpr auto kPointToPointLaneWait = std::chrono::hours(24 * 30);
-
-// The group's store key under which the first rank that saw a disagreement
-// writes it.
-const char* const kFailureKey = "ringcoll/failure";
 
 // A failure another rank reported through the store.
 class ReportedError : public PeerError {
@@ -115,6 +115,13 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
     }
     executor_->setTracer(tracer_.get());
   }
+  if (knobs_.transport == "stream") {
+    auto device = std::make_shared<CpuStreamDevice>(*transport_, knobs_.chunkBytes, timeout_,
+                                                    knobs_.streamDelayUs);
+    device->executor().setTracer(tracer_.get());
+    streamPath_ = std::make_shared<StreamPath>(std::move(device), store_, rank, size, knobs_,
+                                               ringNeighbours_, knobs_.fingerprint);
+  }
   worker_ = std::make_unique<Worker>();
   if (knobs_.debug) {
     std::string links;
@@ -142,14 +149,23 @@ void RingcollBackend::stop(Stop how) {
       pointToPoint_->stop(how == Stop::kAbort ? P2PEngine::Stop::kAbort
                                               : P2PEngine::Stop::kShutdown);
     }
+    std::shared_ptr<StreamPath> cuda, stream;
+    {
+      std::lock_guard<std::mutex> lock(pathMutex_);
+      cuda = std::move(cuda_);
+      stream = std::move(streamPath_);
+    }
+    for (auto* path : {&cuda, &stream}) {
+      if (*path && how == Stop::kAbort) (*path)->abort("the process group was aborted (abort())");
+    }
     worker_.reset();
+    // The paths end (a launch still running holds its own reference) before the
+    // host transport they may ride on.
+    cuda.reset();
+    stream.reset();
     // Nothing runs on them any more: unmap the shared memory, close the lanes.
     executor_.reset();
     transport_.reset();
-#ifdef RINGCOLL_WITH_CUDA
-    if (cuda_ && how == Stop::kAbort) cuda_->abort("the process group was aborted (abort())");
-    cuda_.reset();
-#endif
     // Every execution is gone: write the rest of the trace and close the file.
     traceWriter_.reset();
   };
@@ -271,33 +287,43 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
   fp.seq = seq;
   fp.rank = getRank();
   const at::Tensor* first = !inputs.empty() ? &inputs[0] : (!outputs.empty() ? &outputs[0] : nullptr);
-  if (first && first->is_cuda()) {
-#ifdef RINGCOLL_WITH_CUDA
-    CudaPath* path;
-    {
-      std::lock_guard<std::mutex> lock(cudaMutex_);
-      if (!cuda_) {
-        cuda_ = std::make_unique<CudaPath>(store_, getRank(), getSize(), timeout_, knobs_,
-                                           first->device().index(), tracer_.get());
-      }
-      path = cuda_.get();
-    }
-    TORCH_CHECK(first->device().index() == path->device(), "ringcoll::", op,
-                ": tensor is on cuda:", static_cast<int>(first->device().index()),
-                " but this process group is bound to cuda:", static_cast<int>(path->device()));
+  if (first && (first->is_cuda() || knobs_.transport == "stream")) {
+    std::shared_ptr<StreamPath> path = streamPathFor(*first, op, label);
     auto work = path->launch(type, traceTag(op, seq), label, seq, fp, timeout, inputs,
                              std::move(outputs), body);
     afterCollective();
     noteCoalesced(work);
     return work;
-#else
-    TORCH_CHECK(false, "ringcoll::", op, ": this ringcoll build has no CUDA support");
-#endif
   }
   auto work = launchCpu(type, op, label, seq, fp, std::move(outputs), bytes, timeout,
                         std::move(body));
   noteCoalesced(work);
   return work;
+}
+
+std::shared_ptr<StreamPath> RingcollBackend::streamPathFor(const at::Tensor& first,
+                                                          const char* op,
+                                                          const std::string& label) {
+  std::lock_guard<std::mutex> lock(pathMutex_);
+  throwIfStopped(label);  // stop() took the paths
+  if (!first.is_cuda()) return streamPath_;
+#ifdef RINGCOLL_WITH_CUDA
+  const c10::DeviceIndex index = first.device().index();
+  if (!cuda_) {
+    auto device = std::make_shared<CudaDevice>(store_, getRank(), getSize(), timeout_,
+                                               knobs_.gpuChunkBytes, index, tracer_.get());
+    cuda_ = std::make_shared<StreamPath>(std::move(device), store_, getRank(), getSize(), knobs_,
+                                         ringNeighbours_,
+                                         knobs_.fingerprint && knobs_.gpuFingerprint);
+    cudaIndex_ = index;
+  }
+  TORCH_CHECK(index == cudaIndex_, "ringcoll::", op, ": tensor is on cuda:",
+              static_cast<int>(index), " but this process group is bound to cuda:",
+              static_cast<int>(cudaIndex_));
+  return cuda_;
+#else
+  TORCH_CHECK(false, "ringcoll::", op, ": this ringcoll build has no CUDA support");
+#endif
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, const char* op,

@@ -50,6 +50,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/version.h>
 
+#include "backend/stream_path.h"
 #include "backend/trace_writer.h"
 #include "common/knobs.h"
 #include "engine/call.h"
@@ -61,9 +62,6 @@
 #include "schedules/registry.h"
 #include "schedules/select.h"
 #include "transport/routed_transport.h"
-#ifdef RINGCOLL_WITH_CUDA
-#include "backend/cuda_path.h"
-#endif
 
 // torch 2.14 added canonical `_single` names for the one-buffer collectives
 // (all_gather_single, ..._coalesced, gather_single); they and the old names forward
@@ -275,10 +273,17 @@ class RingcollBackend final : public c10d::Backend {
   std::mutex brokenMutex_;
   std::string broken_;  // the first peer failure, once there was one
   std::atomic<int> stop_{0};  // a Stop
-#ifdef RINGCOLL_WITH_CUDA
-  std::mutex cudaMutex_;
-  std::unique_ptr<CudaPath> cuda_;  // created by the first CUDA collective
-#endif
+  // The stream paths (stream_path.h): CUDA tensors' (created by the first CUDA
+  // collective, bound to its device), and CPU tensors' under RINGCOLL_TRANSPORT=
+  // stream (the emulation; created with the backend). A launch holds its own
+  // reference, so stop() from another thread never frees a path under it.
+  std::mutex pathMutex_;
+  std::shared_ptr<StreamPath> cuda_;
+  c10::DeviceIndex cudaIndex_ = -1;
+  std::shared_ptr<StreamPath> streamPath_;
+  // The stream path for `first`'s device, created if needed; throws if stopped.
+  std::shared_ptr<StreamPath> streamPathFor(const at::Tensor& first, const char* op,
+                                            const std::string& label);
   // Declared last: destroyed first, so queued collectives finish while the
   // members they use still exist.
   std::unique_ptr<Worker> worker_;

@@ -1,5 +1,6 @@
-// The failure protocol's timings, one copy for the CPU path (backend.cc), the CUDA
-// path (cuda_path.h) and the point-to-point engine (engine/p2p.h).
+// The failure protocol, one copy for the CPU path (backend.cc), the stream paths
+// (backend/stream_path.h: CUDA and its CPU emulation) and the point-to-point engine
+// (engine/p2p.h).
 #pragma once
 
 #include <chrono>
@@ -15,5 +16,10 @@ constexpr std::chrono::milliseconds kShutdownGrace{2000};
 // reported there (one store round trip, tens of microseconds). Work younger than
 // this does not look at all, so collectives on time never touch the store.
 constexpr std::chrono::milliseconds kReportPoll{100};
+
+// The group's store key under which the first rank that saw a failure (a
+// disagreement, a peer that exited, a timeout) leaves it for the others, on every
+// path: CPU collectives, the stream paths (CUDA and its emulation).
+constexpr const char* kFailureKey = "ringcoll/failure";
 
 }  // namespace ringcoll

@@ -19,6 +19,7 @@ const std::vector<std::string>& knownNames() {
       "RINGCOLL_INLINE_BYTES", "RINGCOLL_HOST", "RINGCOLL_DEBUG",
       "RINGCOLL_FINGERPRINT", "RINGCOLL_TRACE", "RINGCOLL_GPU_CHUNK_BYTES",
       "RINGCOLL_BLOCKING_WAIT", "RINGCOLL_ASYNC_ERROR_HANDLING", "RINGCOLL_GPU_FINGERPRINT",
+      "RINGCOLL_STREAM_DELAY_US",
       // Read by the build (setup.py) and by Python (ringcoll.model), not by the
       // backend; listed so they are not reported as unknown.
       "RINGCOLL_CUDA", "RINGCOLL_MODEL"};
@@ -45,8 +46,8 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
     RC_CHECK_ARG(!value.empty(), name, " is empty");
     k.algo = value;
   } else if (name == "RINGCOLL_TRANSPORT") {
-    RC_CHECK_ARG(value == "auto" || value == "shm" || value == "gloo", name, "='", value,
-                 "' is not a known transport (known: auto, shm, gloo)");
+    RC_CHECK_ARG(value == "auto" || value == "shm" || value == "gloo" || value == "stream",
+                 name, "='", value, "' is not a known transport (known: auto, shm, gloo, stream)");
     k.transport = value;
   } else if (name == "RINGCOLL_CHUNK_BYTES") {
     // Below 64 bytes a segment would not hold one float64 pair of 16-byte packs.
@@ -61,6 +62,8 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
     RC_CHECK_ARG(value == "teardown" || value == "raise", name, "='", value,
                  "' is not one of teardown, raise");
     k.asyncErrorHandling = value;
+  } else if (name == "RINGCOLL_STREAM_DELAY_US") {
+    k.streamDelayUs = static_cast<uint32_t>(parseBytes(name, value, 0));
   } else if (name == "RINGCOLL_INLINE_BYTES") {
     k.inlineBytes = parseBytes(name, value, 0);
   } else if (name == "RINGCOLL_HOST") {
@@ -115,6 +118,7 @@ std::string Knobs::describe() const {
                 " RINGCOLL_GPU_FINGERPRINT=", gpuFingerprint ? 1 : 0,
                 " RINGCOLL_BLOCKING_WAIT=", blockingWait ? 1 : 0,
                 " RINGCOLL_ASYNC_ERROR_HANDLING=", asyncErrorHandling,
+                " RINGCOLL_STREAM_DELAY_US=", streamDelayUs,
                 " RINGCOLL_TRACE=", trace);  // last: empty when off
 }
 

@@ -13,6 +13,14 @@
 //                                                Python creator (ringcoll/model/auto.py)
 //   transport    RINGCOLL_TRANSPORT     auto     CPU tensors: auto (shared memory within
 //                                                a host, gloo between hosts) | shm | gloo
+//                                                | stream: the CPU emulation of the GPU
+//                                                path's stream semantics over auto's
+//                                                links (transport/cpu_stream_transport.h),
+//                                                for tests
+//   streamDelayUs RINGCOLL_STREAM_DELAY_US 0     stream: every task of the emulated
+//                                                streams starts after a random pause of
+//                                                up to this many microseconds, so races
+//                                                show
 //   chunkBytes   RINGCOLL_CHUNK_BYTES   1048576  largest single message (a segment, in
 //                                                whole elements); at least 64; each
 //                                                shared-memory slot and gloo staging
@@ -78,6 +86,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -92,6 +101,7 @@ struct Knobs {
   bool blockingWait = false;
   std::string asyncErrorHandling = "teardown";
   size_t inlineBytes = size_t{256} << 10;
+  uint32_t streamDelayUs = 0;
   std::string host;
   bool debug = false;
   bool fingerprint = true;

@@ -21,7 +21,8 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
       remaining_(plan_.ops.size()),
       lastMove_(Clock::now()),
       tracer_(tracer) {
-  const bool checked = job_.checked && !transport_.streamOrdered();
+  streamOrdered_ = transport_.streamOrdered();
+  const bool checked = job_.checked && !streamOrdered_;
   if (checked) {
     const bool pairwise = !job_.sendCounts.empty();
     RC_ASSERT(!pairwise || (job_.sendCounts.size() == static_cast<size_t>(transport_.size()) &&

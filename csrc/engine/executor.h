@@ -121,8 +121,13 @@ class Execution {
   // A rank that only sends has every op done once its waves are posted; on a
   // stream-ordered transport it is not done before its received headers' check is
   // enqueued too (else that receive is left queued for the next collective).
+  // On a stream-ordered transport it is done once the end of its work on the
+  // device covers every transfer it posted, sends included (joined_: the fence
+  // below), so the caller may reuse its inputs and workspace once that end is
+  // reached.
   bool done() const {
-    return remaining_ == 0 && headersOpen_ == 0 && (devPeers_.empty() || devChecked_);
+    return remaining_ == 0 && headersOpen_ == 0 && (devPeers_.empty() || devChecked_) &&
+           (!streamOrdered_ || joined_);
   }
   // The peer this execution waits for (-1 if none known) and what for.
   int waitingPeer() const { return waitPeer_; }
@@ -195,6 +200,8 @@ class Execution {
   std::vector<uint8_t> state_;  // per op: 0 waiting, 1 posted, 2 done
   std::vector<ChannelState> chan_;
   size_t remaining_;
+  bool streamOrdered_;       // the transport is (transport/transport.h)
+  bool joined_ = false;      // stream-ordered: the compute stream waits for every batch
   size_t wavePosted_ = 0;    // stream-ordered: waves posted
   size_t waveConsumed_ = 0;  // stream-ordered: waves consumed
   Clock::time_point lastMove_;

@@ -86,7 +86,16 @@ bool Execution::progressWaves() {
     ++waveConsumed_;
     return true;
   }
-  return runFinishes();
+  if (runFinishes()) return true;
+  // The join: a wave that only sends is never waited for by a receive, so without
+  // it the job's end on the compute stream would not cover those sends, and the
+  // caller could overwrite what NCCL has yet to read (transport/stream_transport.h).
+  if (!joined_ && remaining_ == 0 && (devPeers_.empty() || devChecked_)) {
+    transport_.fence();
+    joined_ = true;
+    return true;
+  }
+  return false;
 }
 
 }  // namespace ringcoll::algo

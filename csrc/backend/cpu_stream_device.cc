@@ -1,0 +1,79 @@
+#include "backend/cpu_stream_device.h"
+
+#include <stdexcept>
+
+namespace ringcoll {
+
+namespace {
+std::string describe(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+}  // namespace
+
+struct CpuStreamDevice::End : StreamDevice::Event {
+  explicit End(CpuStream::MarkerPtr m) : m(std::move(m)) {}
+  CpuStream::MarkerPtr m;
+};
+
+CpuStreamDevice::CpuStreamDevice(Transport& host, size_t chunkBytes,
+                                 std::chrono::milliseconds timeout, uint32_t maxDelayUs)
+    : compute_("compute", maxDelayUs) {
+  reducer_ = std::make_unique<StreamReducer>(compute_, static_cast<size_t>(host.size()) + 1);
+  transport_ = std::make_unique<CpuStreamTransport>(host, compute_, chunkBytes, timeout,
+                                                    maxDelayUs);
+  executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, chunkBytes);
+}
+
+CpuStreamDevice::~CpuStreamDevice() {
+  // The path finalized or aborted us: nothing is left to run.
+  compute_.abort();
+  transport_->abort();
+  executor_.reset();
+  transport_.reset();  // joins the transfer thread
+  compute_.sync();
+}
+
+void CpuStreamDevice::enqueue(const std::function<void()>& fn) {
+  compute_.sync();
+  fn();
+}
+
+void CpuStreamDevice::enqueueFinish(std::function<void()> fn) { compute_.enqueue(std::move(fn)); }
+
+StreamDevice::EventPtr CpuStreamDevice::recordEnd() {
+  return std::make_shared<End>(compute_.mark());
+}
+
+bool CpuStreamDevice::reached(const EventPtr& end) {
+  if (std::exception_ptr e = compute_.error()) {
+    throw std::runtime_error("a task of the compute stream failed: " + describe(e));
+  }
+  return static_cast<End&>(*end).m->done();
+}
+
+std::string CpuStreamDevice::transferError() {
+  std::exception_ptr e = transport_->transferStream().error();
+  return e ? describe(e) : std::string();
+}
+
+void CpuStreamDevice::abortTransfers() {
+  transport_->abort();
+  compute_.abort();
+  // Queued tasks are skipped and waiting ones return: the streams are idle at once,
+  // and nothing reads a job's memory after the caller frees it.
+  transport_->transferStream().sync();
+  compute_.sync();
+}
+
+void CpuStreamDevice::finalize(std::chrono::milliseconds limit) {
+  const auto until = std::chrono::steady_clock::now() + limit;
+  if (!compute_.sync(until) || !transport_->transferStream().sync(until)) abortTransfers();
+}
+
+}  // namespace ringcoll

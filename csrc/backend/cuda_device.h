@@ -1,0 +1,72 @@
+// The CUDA glue of the stream path (stream_device.h), built only with
+// RINGCOLL_WITH_CUDA: one NCCL communicator, comm stream, CUDA reducer, NCCL
+// transport and executor per backend, bound to the device of the first CUDA
+// collective. Thin by design: what decides completion, failure and teardown is the
+// stream path's (stream_path.h), which CI runs on the CPU emulation.
+//
+// The communicator is created with the group's timeout (non-blocking, transport/
+// nccl_comm.h) from a unique id rank 0 puts in the group's store; once every rank
+// joined (init returned), rank 0 deletes the key, so a group re-created under the
+// same prefix never reads a stale id.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include <c10/cuda/CUDAStream.h>
+#include <cuda_runtime_api.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "backend/stream_device.h"
+#include "engine/trace.h"
+#include "reduce/cuda_reducer.h"
+#include "transport/nccl_comm.h"
+#include "transport/nccl_transport.h"
+
+namespace ringcoll {
+
+class CudaDevice final : public StreamDevice {
+ public:
+  // `tracer`: RINGCOLL_TRACE's (null when off); it records host times only.
+  // Creating the communicator waits at most `timeout` for the other ranks.
+  CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+             std::chrono::milliseconds timeout, size_t chunkBytes, c10::DeviceIndex device,
+             algo::Tracer* tracer);
+  ~CudaDevice() override;
+
+  c10::Device device() const override { return c10::Device(c10::kCUDA, device_); }
+  c10::DeviceIndex index() const { return device_; }
+  algo::Executor& executor() override { return *executor_; }
+  std::string name() const override;
+
+  void enqueue(const std::function<void()>& fn) override;
+  void enqueueFinish(std::function<void()> fn) override { fn(); }  // under enqueue's guard
+  void protect(const std::vector<at::Tensor>& tensors) override;
+  EventPtr recordEnd() override;
+  bool futureOnDevice() const override { return true; }
+  bool hasCallerStream() const override { return true; }
+  void callerWaits(const EventPtr& end) override;
+
+  bool reached(const EventPtr& end) override;
+  std::string transferError() override;
+  void stopKernels() override { reducer_->stopKernels(); }
+  bool kernelsStopped() const override { return reducer_->kernelsStopped(); }
+  int mismatchPeer() const override { return reducer_->mismatchPeer(); }
+  void mismatchBytes(uint8_t* want, uint8_t* got) const override {
+    reducer_->mismatchBytes(want, got);
+  }
+  void abortTransfers() override;
+  void finalize(std::chrono::milliseconds limit) override;
+  void bindThread() override;
+
+ private:
+  struct Event;
+  const c10::DeviceIndex device_;
+  std::unique_ptr<NcclComm> comm_;
+  c10::cuda::CUDAStream stream_;
+  std::unique_ptr<NcclTransport> transport_;
+  std::unique_ptr<CudaReducer> reducer_;
+  std::unique_ptr<algo::Executor> executor_;
+};
+
+}  // namespace ringcoll

@@ -1,0 +1,89 @@
+// StreamDevice: what the stream path (stream_path.h) needs from a device whose
+// work runs later, in order, on streams: the CUDA glue (cuda_device.h: a comm
+// stream, CUDA events, an NCCL communicator) or its CPU emulation
+// (cpu_stream_device.h: host threads, shared memory), which CI runs. Everything
+// that decides when a collective is complete, failed or torn down lives in the
+// stream path, once; a device only answers these questions.
+//
+// Contract, as CUDA gives it: work enqueued on the compute stream runs in enqueue
+// order; an event recorded there completes once everything enqueued before it has
+// run; the executor's transport and reducer enqueue on that stream (and on their
+// own transfer stream, joined at each job's end: engine/executor.h).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include "engine/executor.h"
+
+namespace ringcoll {
+
+class StreamDevice {
+ public:
+  struct Event {
+    virtual ~Event() = default;
+  };
+  using EventPtr = std::shared_ptr<Event>;
+
+  virtual ~StreamDevice() = default;
+
+  virtual c10::Device device() const = 0;
+  virtual algo::Executor& executor() = 0;
+  // What the user's tensors of this device are checked against ("cuda:0", "cpu").
+  virtual std::string name() const = 0;
+
+  // --- enqueuing a collective (the launching thread, one at a time) ---
+  // Runs `fn` (the collective's body, the executor, the finish) with the compute
+  // stream as the current one, after ordering the compute stream behind the
+  // caller's work (CUDA: the caller's current stream; the emulation: the host,
+  // whose copies run at once).
+  virtual void enqueue(const std::function<void()>& fn) = 0;
+  // `fn` runs on the compute stream after what is enqueued so far (CUDA: it is
+  // called now and enqueues its copies there; the emulation: a task).
+  virtual void enqueueFinish(std::function<void()> fn) = 0;
+  // The caching allocator keeps these tensors' memory until the compute stream
+  // passed this point (CUDA: recordStream; host memory needs nothing).
+  virtual void protect(const std::vector<at::Tensor>& tensors) = 0;
+  virtual EventPtr recordEnd() = 0;
+  // Whether the Work's future is completed at launch for the device (CUDA: its
+  // users chain on the stream) or by the path once the end is reached (host).
+  virtual bool futureOnDevice() const = 0;
+  // Whether a caller has a stream to order after the collective (CUDA); else
+  // Work.wait() blocks the host until the end.
+  virtual bool hasCallerStream() const = 0;
+  virtual void callerWaits(const EventPtr& end) = 0;
+
+  // --- completion and failure (any thread) ---
+  // Whether the end was reached. A device fault is thrown (std::runtime_error),
+  // never read as "not yet".
+  virtual bool reached(const EventPtr& end) = 0;
+  // The transfers' asynchronous error ("" if none): a peer exited, a connection
+  // failed.
+  virtual std::string transferError() = 0;
+  // The stop word (reduce/cuda_reducer.h): set it; read it; the device
+  // fingerprint check's result (peer -1 if none; both headers).
+  virtual void stopKernels() = 0;
+  virtual bool kernelsStopped() const = 0;
+  virtual int mismatchPeer() const = 0;
+  virtual void mismatchBytes(uint8_t* want, uint8_t* got) const = 0;
+  // Nothing failed: no kernel was stopped and the transfers have no error. An end
+  // reached on a device that is not intact means work was skipped or received
+  // nothing: not a success.
+  bool intact() { return !kernelsStopped() && transferError().empty(); }
+  // Transfers stuck on a peer give up (ncclCommAbort); idempotent.
+  virtual void abortTransfers() = 0;
+  // The orderly end after a clean shutdown: what was enqueued reaches the peers,
+  // at most `limit` (then abort). Called once, with nothing left to launch.
+  virtual void finalize(std::chrono::milliseconds limit) = 0;
+  // The watchdog thread calls this first (CUDA: set the device, so that no
+  // context is created on GPU 0).
+  virtual void bindThread() {}
+};
+
+}  // namespace ringcoll

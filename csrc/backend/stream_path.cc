@@ -1,0 +1,427 @@
+#include "backend/stream_path.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+
+#include "backend/work.h"
+#include "common/errors.h"
+#include "common/failure.h"
+
+namespace ringcoll {
+
+namespace {
+// How often the watchdog looks at the device (the store: kReportPoll).
+constexpr auto kWatchdogPoll = std::chrono::milliseconds(10);
+
+std::exception_ptr backendError(const std::string& msg) {
+  try {
+    C10_THROW_ERROR(DistBackendError, msg);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+}  // namespace
+
+// The Work of a collective on a stream device. Completion is its end event; the
+// watchdog marks it succeeded (the end was reached and no kernel was stopped) or
+// failed (stream_path.h). It keeps the device alive, so it may outlive the path.
+class StreamWork final : public c10d::Work {
+ public:
+  StreamWork(int rank, c10d::OpType type, std::string label, uint64_t seq,
+             std::shared_ptr<StreamDevice> device, std::vector<at::Tensor> outputs,
+             std::chrono::milliseconds timeout, bool blocking)
+      : c10d::Work(rank, type),
+        label_(std::move(label)),
+        seq_(seq),
+        device_(std::move(device)),
+        outputs_(std::move(outputs)),
+        timeout_(timeout),
+        blocking_(blocking),
+        start_(std::chrono::steady_clock::now()) {
+    auto type_ = c10::ListType::create(c10::TensorType::get());
+    future_ = device_->futureOnDevice()
+        ? c10::make_intrusive<c10::ivalue::Future>(type_,
+                                                   std::vector<c10::Device>{device_->device()})
+        : c10::make_intrusive<c10::ivalue::Future>(type_);
+  }
+
+  void setEnd(StreamDevice::EventPtr end) { end_ = std::move(end); }
+  // Memory the device may read or write until the end: the user's tensors (on a
+  // host device nothing else keeps them; CUDA also records them on the stream) and
+  // the job's own (a schedule's scratch). Released once the work succeeded; a
+  // failed work keeps it until it is destroyed, since its device work was only
+  // stopped, not waited for.
+  void keepUntilEnd(const std::vector<at::Tensor>& tensors, std::shared_ptr<void> owned) {
+    keep_.insert(keep_.end(), tensors.begin(), tensors.end());
+    if (owned) owned_ = std::move(owned);
+  }
+  const std::string& label() const { return label_; }
+  std::chrono::steady_clock::time_point started() const { return start_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  // The end was reached (a device fault throws).
+  bool reached() const { return device_->reached(end_); }
+
+  bool isCompleted() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (exception_ || succeeded_) return true;
+    try {
+      return device_->reached(end_);
+    } catch (...) {
+      return true;  // a fault: the watchdog fails it
+    }
+  }
+  bool isSuccess() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (exception_) return false;
+    if (succeeded_) return true;
+    try {
+      return device_->reached(end_) && device_->intact();
+    } catch (...) {
+      return false;
+    }
+  }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  uint64_t getSequencenumber() const override { return seq_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  // Blocking (RINGCOLL_BLOCKING_WAIT=1, an explicit timeout, or a device without
+  // caller streams): the host waits until the collective finished, and a failure
+  // raises here. Otherwise only a failure the watchdog has already seen raises, and
+  // the caller's current stream is ordered after the collective.
+  bool wait(std::chrono::milliseconds timeout = kNoTimeout) override {
+    if (blocking_ || timeout != kNoTimeout || !device_->hasCallerStream()) hostWait(timeout);
+    rethrowIfFailed();
+    if (device_->hasCallerStream()) device_->callerWaits(end_);
+    return true;
+  }
+  void synchronize() override { wait(); }
+
+  void fail(const std::string& msg) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (exception_ || succeeded_) return;
+    exception_ = backendError(msg);
+    if (!future_->completed()) future_->setError(exception_);
+  }
+  void markSucceeded() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (exception_) return;
+    succeeded_ = true;
+    keep_.clear();
+    owned_.reset();
+  }
+  // On a host device the future completes once the work succeeded, with the
+  // outputs written; its callbacks (DDP's comm hooks) run on the calling thread,
+  // which must hold no lock of the path (a callback may launch a collective).
+  void completeFuture() {
+    if (!future_->completed()) future_->markCompleted(c10::IValue(outputs_));
+  }
+
+ private:
+  void rethrowIfFailed() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (exception_) std::rethrow_exception(exception_);
+  }
+
+  void hostWait(std::chrono::milliseconds timeout) {
+    using Clock = std::chrono::steady_clock;
+    const auto deadline =
+        timeout == kNoTimeout ? Clock::time_point::max() : Clock::now() + timeout;
+    Clock::time_point stoppedSince{};
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (exception_) std::rethrow_exception(exception_);
+        if (succeeded_) return;
+      }
+      const auto now = Clock::now();
+      bool done = false;
+      try {
+        done = device_->reached(end_);
+      } catch (const std::exception&) {
+        // A device fault: the watchdog fails this work with it; wait for that.
+      }
+      if (done) {
+        // Finished, unless kernels were stopped: then some of it was skipped, and
+        // the watchdog is about to fail this work with the reason; wait for it.
+        if (device_->intact()) return;
+        if (stoppedSince == Clock::time_point{}) stoppedSince = now;
+        if (now - stoppedSince > std::chrono::seconds(5)) {
+          C10_THROW_ERROR(DistBackendError,
+                          c10::str(label_, ": stopped after a failure of this group"));
+        }
+      }
+      if (now > deadline) {
+        C10_THROW_ERROR(DistBackendError,
+                        c10::str(label_, ": Timed out after ", timeout.count(),
+                                 " ms in wait(), waiting for its ring neighbours"));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  const std::string label_;
+  const uint64_t seq_;
+  const std::shared_ptr<StreamDevice> device_;
+  std::vector<at::Tensor> outputs_;
+  const std::chrono::milliseconds timeout_;
+  const bool blocking_;
+  const std::chrono::steady_clock::time_point start_;
+  bool succeeded_ = false;
+  StreamDevice::EventPtr end_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  std::vector<at::Tensor> keep_;
+  std::shared_ptr<void> owned_;
+};
+
+StreamPath::StreamPath(std::shared_ptr<StreamDevice> device,
+                       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       const Knobs& knobs, std::vector<int> neighbours, bool fingerprint)
+    : device_(std::move(device)),
+      rank_(rank),
+      size_(size),
+      knobs_(knobs),
+      store_(store),
+      neighbours_(std::move(neighbours)),
+      fingerprint_(fingerprint),
+      blocking_(knobs.blockingWait || !device_->hasCallerStream()),
+      teardown_(!blocking_ && knobs.asyncErrorHandling == "teardown") {
+  watchdog_ = std::thread([this] { watchdog(); });
+}
+
+StreamPath::~StreamPath() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  // shutdown: outstanding work may finish (the watchdog retires it), for a while.
+  const auto until = std::chrono::steady_clock::now() + kShutdownGrace;
+  while (!pending_.empty() && broken_.empty() && std::chrono::steady_clock::now() < until) {
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    lock.lock();
+  }
+  stopping_ = true;
+  if (!pending_.empty() && broken_.empty()) {
+    failAll("the process group was shut down (destroy_process_group) while this collective "
+            "was still waiting for its peers",
+            /*report=*/false, /*teardown=*/false);
+  }
+  const bool clean = broken_.empty();
+  lock.unlock();
+  cv_.notify_all();
+  watchdog_.join();
+  {
+    std::unique_lock<std::mutex> relock(mutex_);
+    completeRetired(relock);
+  }
+  // Without a failure, in order (a peer still receiving this rank's last sends gets
+  // them, instead of "remote process exited"), bounded by kShutdownGrace; after a
+  // failure abort: a transfer waiting for a dead peer only ends once aborted.
+  if (clean) {
+    device_->finalize(kShutdownGrace);
+  } else {
+    device_->abortTransfers();
+  }
+}
+
+void StreamPath::abort(const std::string& why) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (broken_.empty()) failAll(why, /*report=*/false, /*teardown=*/false);
+  stopping_ = true;
+  cv_.notify_all();
+}
+
+c10::intrusive_ptr<c10d::Work> StreamPath::launch(
+    c10d::OpType type, const algo::TraceTag& tag, const std::string& label, uint64_t seq,
+    const algo::Fingerprint& fp, std::chrono::milliseconds timeout,
+    const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, const Body& body) {
+  auto unusable = [this, &label] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!broken_.empty()) {
+      C10_THROW_ERROR(DistBackendError,
+                      c10::str(label, ": the group is unusable after an earlier failure: ",
+                               broken_));
+    }
+  };
+  unusable();
+  std::lock_guard<std::mutex> launching(launchMutex_);
+  unusable();  // an abort() or a failure while this call waited for the launch lock
+  auto work = c10::make_intrusive<StreamWork>(rank_, type, label, seq, device_, outputs, timeout,
+                                              blocking_);
+  // Lives until after a failure stopped the device's work (below): the device may
+  // still be reading the job's buffer.
+  std::optional<Staged> staged;
+  try {
+    device_->enqueue([&] {
+      staged = body(device_->executor());
+      staged->job.tag = tag;
+      if (fingerprint_) {
+        staged->job.checked = true;
+        staged->job.fingerprint = fp;
+        staged->job.fingerprint.setAlgorithm(staged->job.schedule.name);
+        staged->job.neighbours = neighbours_;
+      }
+      work->keepUntilEnd(inputs, staged->job.owned);
+      device_->executor().run(std::move(staged->job), timeout);
+      if (staged->finish) device_->enqueueFinish(std::move(staged->finish));
+      device_->protect(inputs);
+      device_->protect(outputs);
+      work->setEnd(device_->recordEnd());
+      // Completed for the device: the future records an event on the current
+      // (compute) stream, and whoever waits on it waits on that stream.
+      if (device_->futureOnDevice()) work->getFuture()->markCompleted(c10::IValue(outputs));
+    });
+  } catch (const std::exception& e) {
+    // Some of this collective's transfers may be posted: the peers are out of step
+    // with this rank, so the group is broken, here and (through the store) there.
+    const auto* peer = dynamic_cast<const PeerError*>(&e);
+    const std::string why =
+        c10::str(label, ": ", e.what(),
+                 peer && peer->peer() >= 0 ? c10::str(" (rank ", peer->peer(), ")")
+                                           : std::string());
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (broken_.empty()) failAll(why, /*report=*/true, /*teardown=*/false);
+    }
+    C10_THROW_ERROR(DistBackendError, why);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.push_back(work);
+  }
+  cv_.notify_all();
+  return work;
+}
+
+std::string StreamPath::mismatchText() {
+  const int peer = device_->mismatchPeer();
+  algo::Fingerprint mine;
+  uint8_t want[sizeof(algo::Fingerprint)], got[sizeof(algo::Fingerprint)];
+  device_->mismatchBytes(want, got);
+  std::memcpy(&mine, want, sizeof(mine));
+  mine.rank = rank_;  // not in the device's bytes (engine/fingerprint.h's canonical)
+  std::string text = algo::mismatch(mine, got, peer);
+  if (text.empty()) text = c10::str("rank ", peer, "'s header differed");
+  return text;
+}
+
+void StreamPath::retireFinished() {
+  // intact() is read after the end: a check that set the stop word, or a transfer
+  // that failed, did so before the end was reached, so a work whose kernels were
+  // skipped or whose bytes never came is never retired as a success.
+  while (!pending_.empty() && pending_.front()->reached() && device_->intact()) {
+    pending_.front()->markSucceeded();
+    retired_.push_back(pending_.front());
+    pending_.pop_front();
+  }
+}
+
+void StreamPath::failAll(const std::string& why, bool report, bool teardown) {
+  // (0) work the device finished before anything was stopped succeeded: a failure
+  // seen by a later launch (or between two watchdog looks) is not its failure.
+  try {
+    retireFinished();
+  } catch (const std::exception&) {
+    // a device fault: nothing more is retired
+  }
+  // (1) every outstanding Work fails, before (2)-(3) can let its end be reached.
+  for (auto& w : pending_) w->fail(why);
+  pending_.clear();
+  broken_ = why;
+  // (2) nothing queued behind the failure reduces or copies stale data.
+  device_->stopKernels();
+  // (3) stuck transfers exit; nobody enqueues on the device any more.
+  device_->abortTransfers();
+  // (4) the other ranks learn why.
+  if (report) postFailureReport(store_, kFailureKey, c10::str("rank ", rank_, " reported: ", why));
+  if (teardown) {
+    std::fprintf(stderr,
+                 "[ringcoll rank %d] %s\n[ringcoll rank %d] RINGCOLL_ASYNC_ERROR_HANDLING="
+                 "teardown: ending this process, since results of the failed collective may "
+                 "already be in use on the device (RINGCOLL_ASYNC_ERROR_HANDLING=raise raises "
+                 "at the next call instead; RINGCOLL_BLOCKING_WAIT=1 raises from wait())\n",
+                 rank_, why.c_str(), rank_);
+    std::fflush(stderr);
+    std::abort();
+  }
+}
+
+void StreamPath::watchdog() {
+  device_->bindThread();
+  const int prev = neighbours_.empty() ? rank_ : neighbours_.front();
+  const int next = neighbours_.empty() ? rank_ : neighbours_.back();
+  auto lastStoreLook = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point transferSeen{};
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_ && broken_.empty()) {
+    cv_.wait_for(lock, kWatchdogPoll);
+    if (stopping_ || !broken_.empty()) break;
+    std::string why;
+    bool report = true;
+    try {
+      retireFinished();
+    } catch (const std::exception& e) {
+      why = c10::str(pending_.empty() ? std::string("a collective") : pending_.front()->label(),
+                     ": the device failed: ", e.what());
+    }
+    completeRetired(lock);
+    if (stopping_ || !broken_.empty()) break;
+    const bool stopped = device_->kernelsStopped();
+    if (why.empty() && pending_.empty() && !stopped) continue;
+    const auto now = std::chrono::steady_clock::now();
+    if (!why.empty()) {
+      // the device fault above
+    } else if (device_->mismatchPeer() >= 0) {
+      why = mismatchText();
+      if (!pending_.empty()) why = c10::str(pending_.front()->label(), ": ", why);
+    } else if (!pending_.empty()) {
+      const auto& oldest = pending_.front();
+      const std::string transfer = device_->transferError();
+      // Ranks that disagree also post transfers of other sizes, which fail; the
+      // fingerprint check queued before their payload says why, so it gets
+      // kReportPoll to do so before the transfer error is reported.
+      if (!transfer.empty() && transferSeen == std::chrono::steady_clock::time_point{}) {
+        transferSeen = now;
+      }
+      if (!transfer.empty() && now - transferSeen >= kReportPoll) {
+        why = c10::str(oldest->label(), ": ", transfer,
+                       " (a peer exited or its connection failed), waiting for rank ", prev,
+                       " (receive) / rank ", next, " (send); transfers aborted");
+      }
+      for (const auto& w : pending_) {
+        if (!why.empty()) break;
+        if (now - w->started() > w->timeout()) {
+          why = c10::str(w->label(), ": Timed out after ", w->timeout().count(),
+                         " ms waiting for rank ", prev, " (receive) / rank ", next,
+                         " (send); transfers aborted");
+        }
+      }
+      if (why.empty() && now - oldest->started() > kReportPoll &&
+          now - lastStoreLook > kReportPoll) {
+        lastStoreLook = now;
+        const std::string other = readFailureReport(store_, kFailureKey);
+        if (!other.empty()) {
+          why = c10::str(oldest->label(), ": failed because ", other);
+          report = false;
+        }
+      }
+    }
+    if (why.empty()) continue;
+    failAll(why, report, teardown_);
+    break;
+  }
+  completeRetired(lock);
+}
+
+void StreamPath::completeRetired(std::unique_lock<std::mutex>& lock) {
+  while (!retired_.empty()) {
+    auto done = std::move(retired_);
+    retired_.clear();
+    lock.unlock();
+    for (auto& w : done) w->completeFuture();
+    lock.lock();
+  }
+}
+
+}  // namespace ringcoll

@@ -1,0 +1,117 @@
+// The stream path of RingcollBackend: collectives enqueued on a device's streams
+// (stream_device.h) and completed, failed and torn down by one set of rules, for
+// CUDA tensors (the CUDA glue, cuda_device.h) and for the CPU emulation of it
+// (RINGCOLL_TRANSPORT=stream, cpu_stream_device.h), so that CI runs these rules.
+//
+// Stream semantics, as ProcessGroupNCCL gives them:
+//  * the compute stream waits for the caller's work before reading inputs;
+//  * the collective is enqueued there (and on the transport's transfer stream,
+//    joined at the job's end), with no host synchronisation;
+//  * every user tensor is protected until the compute stream passed the job's end
+//    (the caching allocator does not hand its memory out before);
+//  * the future is completed for the device (DDP comm hooks chain on it), or, on a
+//    device without caller streams, by the watchdog once the end is reached.
+//
+// Failures surface in the collective that failed (ProcessGroupNCCL's contract):
+//  * a watchdog thread polls each collective's end, the transfers' asynchronous
+//    error, the device's fingerprint check (reduce/cuda_reducer.h) and, for work
+//    waiting longer than kReportPoll, the failure other ranks left in the group's
+//    store (common/failure.h). On a device fault, a transfer error, a mismatch, a
+//    peer's report, or a Work past its timeout, it (1) fails every outstanding Work
+//    with a DistBackendError naming op, sequence number, rank and peer, (2) sets the
+//    stop word, so no reduction or copy queued behind the failed transfers writes
+//    stale staging data into a user tensor, (3) aborts the transfers (stuck NCCL
+//    kernels exit), and (4) leaves the error in the store for the other ranks;
+//  * an exception while a collective is being enqueued (a failed allocation, a
+//    broken invariant, an error from a copy) does the same: some of its transfers
+//    may be posted, so the peers are out of step with this rank;
+//  * RINGCOLL_BLOCKING_WAIT=1 (and always on a device without caller streams):
+//    Work.wait() blocks the host until the collective finished and raises the
+//    failure (or its own timeout);
+//  * otherwise Work.wait() orders the caller's stream and returns, and the
+//    watchdog then, with RINGCOLL_ASYNC_ERROR_HANDLING=teardown (the default),
+//    prints the error to stderr and ends the process, since a result the device
+//    may already be using is wrong; with =raise the next call on the group, or
+//    wait() on the failed Work, raises it.
+// Destruction lets outstanding work finish for up to kShutdownGrace, then finalizes
+// the device (bounded) or, after a failure, aborts it: it never waits on a dead peer.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include "backend/stream_device.h"
+#include "common/knobs.h"
+#include "engine/call.h"
+#include "engine/fingerprint.h"
+
+namespace ringcoll {
+
+class StreamWork;
+
+class StreamPath {
+ public:
+  // `neighbours`: this rank's ring neighbours (the fingerprint's); `fingerprint`:
+  // whether collectives carry the device-checked header.
+  StreamPath(std::shared_ptr<StreamDevice> device, const c10::intrusive_ptr<c10d::Store>& store,
+             int rank, int size, const Knobs& knobs, std::vector<int> neighbours,
+             bool fingerprint);
+  ~StreamPath();
+
+  StreamDevice& device() { return *device_; }
+
+  // `fp`: the call's fingerprint; `timeout`: the op's, the watchdog's limit for it.
+  c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const algo::TraceTag& tag,
+                                        const std::string& label, uint64_t seq,
+                                        const algo::Fingerprint& fp,
+                                        std::chrono::milliseconds timeout,
+                                        const std::vector<at::Tensor>& inputs,
+                                        std::vector<at::Tensor> outputs, const Body& body);
+
+  // ProcessGroup abort(): fails outstanding work at once and aborts the transfers.
+  // Safe from any thread, also while another thread launches.
+  void abort(const std::string& why);
+
+ private:
+  void watchdog();
+  // Under mutex_: marks succeeded the oldest works whose end was reached while no
+  // kernel was stopped (the compute stream runs in order: they are a prefix).
+  void retireFinished();
+  // Under mutex_: the failure path above, steps (0)-(4); `teardown`: then end the
+  // process (the async default).
+  void failAll(const std::string& why, bool report, bool teardown);
+  std::string mismatchText();
+  // Completes the futures of retired_ with `lock` released for the callbacks.
+  void completeRetired(std::unique_lock<std::mutex>& lock);
+
+  const std::shared_ptr<StreamDevice> device_;
+  const int rank_;
+  const int size_;
+  const Knobs knobs_;
+  const c10::intrusive_ptr<c10d::Store> store_;
+  const std::vector<int> neighbours_;
+  const bool fingerprint_;
+  const bool blocking_;  // Work.wait() blocks the host
+  const bool teardown_;  // a failure seen by the watchdog ends the process
+
+  std::mutex launchMutex_;  // one launch at a time: the executor is single-threaded
+  std::mutex mutex_;        // pending_, broken_, stopping_
+  std::condition_variable cv_;
+  std::deque<c10::intrusive_ptr<StreamWork>> pending_;
+  // Succeeded, their futures not yet completed (completeRetired).
+  std::vector<c10::intrusive_ptr<StreamWork>> retired_;
+  std::string broken_;
+  bool stopping_ = false;
+  std::thread watchdog_;
+};
+
+}  // namespace ringcoll

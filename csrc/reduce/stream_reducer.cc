@@ -1,0 +1,65 @@
+#include "reduce/stream_reducer.h"
+
+#include <array>
+#include <cstring>
+
+#include "common/errors.h"
+
+namespace ringcoll {
+
+StreamReducer::StreamReducer(CpuStream& stream, size_t headerSlots)
+    : stream_(stream), headers_(headerSlots * kHeaderBytes) {}
+
+void StreamReducer::reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
+                           RedOp op) {
+  enqueue([=] { cpu_.reduce(dst, a, b, count, dtype, op); });
+}
+
+void StreamReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
+                            DType dtype, RedOp op) {
+  enqueue([=] { cpu_.reduce2(dst, dst2, a, b, count, dtype, op); });
+}
+
+void StreamReducer::divide(void* buf, size_t count, DType dtype, int divisor) {
+  enqueue([=] { cpu_.divide(buf, count, dtype, divisor); });
+}
+
+void StreamReducer::multiply(void* buf, size_t count, DType dtype, double factor) {
+  enqueue([=] { cpu_.multiply(buf, count, dtype, factor); });
+}
+
+void StreamReducer::copy(void* dst, const void* src, size_t bytes, bool streaming) {
+  enqueue([=] { cpu_.copy(dst, src, bytes, streaming); });
+}
+
+void* StreamReducer::headerSlot(size_t slot) {
+  RC_ASSERT((slot + 1) * kHeaderBytes <= headers_.size(), "header slot ", slot);
+  return headers_.data() + slot * kHeaderBytes;
+}
+
+void StreamReducer::writeHeader(void* dst, const void* bytes, size_t n) {
+  RC_ASSERT(n == kHeaderBytes, "a header of ", n, " bytes");
+  std::array<uint8_t, kHeaderBytes> h;
+  std::memcpy(h.data(), bytes, kHeaderBytes);  // copied at the call, as the kernel's argument
+  stream_.enqueue([dst, h] { std::memcpy(dst, h.data(), kHeaderBytes); });
+}
+
+void StreamReducer::checkHeader(const void* got, const void* want, size_t n, int peer) {
+  RC_ASSERT(n == kHeaderBytes, "a header of ", n, " bytes");
+  std::array<uint8_t, kHeaderBytes> w;
+  std::memcpy(w.data(), want, kHeaderBytes);
+  enqueue([this, got, w, peer] {
+    if (std::memcmp(got, w.data(), kHeaderBytes) == 0 || mismatchPeer() != -1) return;
+    std::memcpy(want_, w.data(), kHeaderBytes);
+    std::memcpy(got_, got, kHeaderBytes);
+    mismatchPeer_.store(peer, std::memory_order_release);
+    stopKernels();
+  });
+}
+
+void StreamReducer::mismatchBytes(uint8_t* want, uint8_t* got) const {
+  std::memcpy(want, want_, kHeaderBytes);
+  std::memcpy(got, got_, kHeaderBytes);
+}
+
+}  // namespace ringcoll

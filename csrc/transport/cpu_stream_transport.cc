@@ -1,0 +1,129 @@
+#include "transport/cpu_stream_transport.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <new>
+
+#include "common/errors.h"
+
+namespace ringcoll {
+
+struct CpuStreamTransport::HostMarker : StreamTransport::Marker {
+  explicit HostMarker(CpuStream::MarkerPtr m) : m(std::move(m)) {}
+  CpuStream::MarkerPtr m;
+};
+
+CpuStreamTransport::CpuStreamTransport(Transport& inner, CpuStream& compute,
+                                       size_t slotBytes, std::chrono::milliseconds timeout,
+                                       uint32_t maxDelayUs)
+    : StreamTransport(inner.rank(), inner.size(), slotBytes),
+      inner_(inner),
+      compute_(compute),
+      timeout_(timeout),
+      transfer_("transfer", maxDelayUs) {}
+
+CpuStreamTransport::~CpuStreamTransport() {
+  // The owner drained or aborted both streams; nothing reads the staging any more
+  // once the transfer stream stopped.
+  transfer_.abort();
+  transfer_.sync();
+  releaseStaging();
+}
+
+StreamTransport::MarkerPtr CpuStreamTransport::wrap(CpuStream::MarkerPtr m) {
+  return std::make_shared<HostMarker>(std::move(m));
+}
+
+void CpuStreamTransport::transferWaits(const MarkerPtr& m) {
+  transfer_.waitFor(static_cast<HostMarker&>(*m).m);
+}
+
+void CpuStreamTransport::computeWaits(const MarkerPtr& m) {
+  compute_.waitFor(static_cast<HostMarker&>(*m).m);
+}
+
+void CpuStreamTransport::enqueueBatch(const std::vector<Post>& batch) {
+  transfer_.enqueue([this, batch] { runBatch(batch); });
+}
+
+void* CpuStreamTransport::allocStaging(size_t bytes) {
+  return ::operator new(bytes ? bytes : 1, std::align_val_t{64});
+}
+
+void CpuStreamTransport::freeStaging(void* p) { ::operator delete(p, std::align_val_t{64}); }
+
+void CpuStreamTransport::runBatch(const std::vector<Post>& batch) {
+  // Posts to one peer go to the host transport in batch order (its messages pair
+  // in post order); posts to different peers do not wait for each other.
+  const int p = size();
+  std::vector<uint8_t> posted(batch.size(), 0);
+  std::vector<std::deque<size_t>> arriving(p);  // per peer: posted receives, oldest first
+  size_t recvs = 0, recvsDone = 0;
+  std::vector<uint64_t> sendTarget(p, 0);
+  for (int peer = 0; peer < p; ++peer) {
+    if (peer != rank()) sendTarget[peer] = inner_.sendsDone(peer);
+  }
+  for (const Post& q : batch) {
+    if (q.send) ++sendTarget[q.peer]; else ++recvs;
+  }
+  const auto deadline = Clock::now() + timeout_;
+  for (;;) {
+    const uint32_t token = inner_.idleToken();
+    bool moved = false;
+    std::vector<uint8_t> blocked(p, 0);  // a post to this peer is still unposted
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const Post& q = batch[i];
+      if (posted[i] || blocked[q.peer]) continue;
+      const bool ok = q.send ? inner_.trySend(q.peer, q.ptr, q.bytes)
+                             : inner_.tryPostRecv(q.peer, nullptr, q.bytes);
+      if (!ok) {
+        blocked[q.peer] = 1;
+        continue;
+      }
+      posted[i] = 1;
+      moved = true;
+      if (!q.send) arriving[q.peer].push_back(i);
+    }
+    // Arrived receives, oldest first per peer, copied into place.
+    for (int peer = 0; peer < p; ++peer) {
+      while (!arriving[peer].empty()) {
+        const Post& q = batch[arriving[peer].front()];
+        const void* view = inner_.recvView(peer);
+        if (!view) break;
+        std::memcpy(q.ptr, view, q.bytes);
+        inner_.releaseRecv(peer);
+        arriving[peer].pop_front();
+        ++recvsDone;
+        moved = true;
+      }
+    }
+    bool sendsLeft = false;
+    int waiting = -1;
+    for (int peer = 0; peer < p; ++peer) {
+      if (peer != rank() && inner_.sendsDone(peer) < sendTarget[peer]) {
+        sendsLeft = true;
+        waiting = peer;
+      }
+    }
+    const bool allPosted = std::all_of(posted.begin(), posted.end(), [](uint8_t b) { return b; });
+    if (allPosted && !sendsLeft && recvsDone == recvs) break;
+    for (int peer = 0; peer < p; ++peer) {
+      if (!arriving[peer].empty()) waiting = peer;
+    }
+    waitPeer_.store(waiting, std::memory_order_relaxed);
+    if (transfer_.aborted()) {
+      throw PeerError(waiting, "the transfer stream was aborted while a batch waited");
+    }
+    if (Clock::now() > deadline) {
+      throw PeerError(waiting, RC_STR("a batch of transfers waited ", timeout_.count(),
+                                      " ms for rank ", waiting), /*timedOut=*/true);
+    }
+    if (!moved) {
+      inner_.idle(token, std::min(deadline, Clock::now() + std::chrono::milliseconds(5)));
+    }
+  }
+  waitPeer_.store(-1, std::memory_order_relaxed);
+}
+
+}  // namespace ringcoll

@@ -1,0 +1,70 @@
+// The CPU emulation of NCCL's stream semantics (RINGCOLL_TRANSPORT=stream): a
+// stream-ordered transport (stream_transport.h) for CPU memory whose "device" is
+// two host threads (common/cpu_stream.h): `compute`, the reducer's
+// (reduce/stream_reducer.h), and this transport's `transfer`. It exists so that
+// CI, which has no GPU, runs what the GPU path runs: the executor's waves, the
+// batching, ordering and staging of StreamTransport, the completion of a job
+// only when its queues reach its end. It is as strict as NCCL where it matters:
+//   * a batch runs later, in order, on `transfer`, as one unit: it ends once all
+//     its sends left and all its receives arrived;
+//   * a send reads its source when its batch runs, not when it was posted;
+//   * received bytes are in place only once the batch ran; work ordered after
+//     the batch (computeWaits) may read them, nothing else;
+//   * with RINGCOLL_STREAM_DELAY_US every task starts after a random pause, so work
+//     that is not ordered after what it depends on reads the wrong bytes.
+// Bytes move over the backend's host transport (shared memory within a host,
+// gloo between hosts), used by the transfer thread alone.
+//
+// A failure inside a batch (a peer exited, a batch past the timeout, abort())
+// fails the transfer stream (error()), as an NCCL error fails the communicator:
+// later batches are skipped and the host learns of it from error().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/cpu_stream.h"
+#include "transport/stream_transport.h"
+
+namespace ringcoll {
+
+class CpuStreamTransport final : public StreamTransport {
+ public:
+  // `inner`: the host transport the bytes travel on (it must outlive this one,
+  // and nothing else may use it); `compute`: the reducer's stream; `timeout`: the
+  // longest one batch may wait for its peers.
+  CpuStreamTransport(Transport& inner, CpuStream& compute, size_t slotBytes,
+                     std::chrono::milliseconds timeout, uint32_t maxDelayUs);
+  ~CpuStreamTransport() override;
+
+  std::string name() const override { return "stream(" + inner_.name() + ")"; }
+  CpuStream& transferStream() { return transfer_; }
+  // The peer the running batch waits for, -1 if none.
+  int waitingFor() const { return waitPeer_.load(std::memory_order_relaxed); }
+  // Fails the batch in flight and skips the rest (ncclCommAbort).
+  void abort() { transfer_.abort(); }
+
+ private:
+  struct HostMarker;
+  MarkerPtr wrap(CpuStream::MarkerPtr m);
+  MarkerPtr markCompute() override { return wrap(compute_.mark()); }
+  MarkerPtr markTransfer() override { return wrap(transfer_.mark()); }
+  void transferWaits(const MarkerPtr& m) override;
+  void computeWaits(const MarkerPtr& m) override;
+  void enqueueBatch(const std::vector<Post>& batch) override;
+  void* allocStaging(size_t bytes) override;
+  void freeStaging(void* p) override;
+  // On the transfer thread: the batch, as one unit.
+  void runBatch(const std::vector<Post>& batch);
+
+  Transport& inner_;
+  CpuStream& compute_;
+  const std::chrono::milliseconds timeout_;
+  std::atomic<int> waitPeer_{-1};
+  CpuStream transfer_;  // last: its thread stops before the members above go
+};
+
+}  // namespace ringcoll
