@@ -9,6 +9,8 @@ what it depends on reads the wrong bytes and these tests fail.
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -18,6 +20,8 @@ import torch.distributed as dist
 import ringcoll
 from tests import mp
 from tests.test_algorithms import algorithms_matrix
+from tests.test_failures import ROWS, row_world, stuck_then_torn_down
+from tests.test_transport import _shm_entries, killed_mid_collective
 
 # Small pauses for the whole grid (it runs thousands of collectives), long ones
 # where a test looks for one race.
@@ -110,3 +114,157 @@ def mismatch_world(rank, p):
 def test_device_fingerprint_mismatch(world_size):
     mp.run_checks(world_size, mismatch_world, timeout=120, transport="stream",
                   pg_timeout_s=30)
+
+
+# --------------------------------------------------------------------------------
+# failures on the stream path (stream_path.cc), the rules the CUDA path runs
+
+
+@pytest.mark.parametrize("row", ["count", "dtype", "op", "method", "root", "allgather"])
+def test_disagreeing_ranks_raise_on_every_rank(row):
+    """As tests/test_failures.py's, with the headers compared on the compute stream."""
+    res = mp.run_world(2, row_world, row, pg_timeout_s=30, transport="stream", timeout=120)
+    desc0, desc1 = ROWS[row]
+    for rank, r in enumerate(res):
+        msg = r["msg"]
+        assert r["kind"] == "DistBackendError", (rank, r)
+        assert "ranks disagree about collective #1" in msg, (rank, msg)
+        assert f"rank 0 called {desc0}" in msg and f"rank 1 called {desc1}" in msg, (rank, msg)
+        assert r["elapsed"] < 1.0, (rank, r["elapsed"], msg)
+        assert "unusable after an earlier failure" in r["after"], (rank, r["after"])
+        if row != "allgather":
+            assert r["intact"], f"rank {rank} wrote its output before the error: {msg}"
+
+
+def own_block_only(rank, p):
+    """all_gather_into_tensor whose ranks disagree (4 and 5 elements): on a
+    stream-ordered path the prologue places this rank's own block before the
+    device check (engine/executor.h); nothing else of the output is written."""
+    m = 4 if rank == 0 else 5
+    out = torch.full((p * m,), -1.0)
+    inp = torch.full((m,), float(rank + 1))
+    try:
+        dist.all_gather_into_tensor(out, inp)
+        return "no error", out
+    except dist.DistBackendError as e:
+        return str(e), out
+
+
+def test_disagreeing_all_gather_writes_only_its_own_block():
+    res = mp.run_world(2, own_block_only, pg_timeout_s=30, transport="stream", timeout=120)
+    for rank, (msg, out) in enumerate(res):
+        m = 4 if rank == 0 else 5
+        want = torch.full((2 * m,), -1.0)
+        want[rank * m:(rank + 1) * m] = float(rank + 1)
+        assert "ranks disagree" in msg, (rank, msg)
+        assert torch.equal(out, want), (rank, out)
+
+
+@pytest.mark.parametrize("how", ["abort", "destroy"])
+def test_teardown_with_work_in_flight_returns(how):
+    res = mp.run_world(2, stuck_then_torn_down, how, pg_timeout_s=60, transport="stream",
+                       timeout=120)
+    msg, returned = res[0]
+    assert "ringcoll::allreduce #1 (rank 0 of 2)" in msg, msg
+    assert "rank 1" in msg, msg
+    if how == "abort":
+        assert "aborted" in msg, msg
+        assert returned < 1.0, returned
+    else:
+        assert "shut down" in msg, msg
+        assert returned < 5.0, returned
+
+
+def test_rank_killed_mid_collective():
+    timeout_s = 10
+    results = mp.run_world(3, killed_mid_collective, pg_timeout_s=timeout_s, timeout=120,
+                           transport="stream", may_exit={2})
+    for rank, (msg, elapsed, before) in enumerate(results[:2]):
+        assert msg != "no error", f"rank {rank} did not fail"
+        assert elapsed < timeout_s + 1, f"rank {rank} failed after {elapsed:.1f} s: {msg}"
+        assert f"(rank {rank} of 3)" in msg and "rank 2" in msg and "exited" in msg, msg
+        assert _shm_entries() == before, (_shm_entries(), before)
+
+
+def late_rank(rank, p):
+    """Rank 1 comes 5 s late to a group whose timeout is 2 s: rank 0's collective
+    fails after the timeout, naming the op, its number and the peer."""
+    if rank == 1:
+        time.sleep(5)
+        return None
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(1000))
+        return "no error", 0.0
+    except dist.DistBackendError as e:
+        return str(e), time.monotonic() - t0
+
+
+def test_late_rank_times_out_naming_it():
+    res = mp.run_world(2, late_rank, pg_timeout_s=2, transport="stream", timeout=120)
+    msg, elapsed = res[0]
+    assert "ringcoll::allreduce #1 (rank 0 of 2)" in msg and "Timed out" in msg, msg
+    assert "rank 1" in msg, msg
+    assert 1.5 < elapsed < 5, (elapsed, msg)
+
+
+def injected_mid_enqueue(rank, p):
+    """One rank's third batch throws while it enqueues a collective: every rank's
+    call raises, the next call on the group says it is broken, nothing hangs."""
+    dist.all_reduce(torch.ones(8))
+    t0 = time.monotonic()
+    out = {}
+    try:
+        dist.all_reduce(torch.ones(1 << 16))
+        out["first"] = "no error"
+    except dist.DistBackendError as e:
+        out["first"] = str(e)
+    out["elapsed"] = time.monotonic() - t0
+    try:
+        dist.all_reduce(torch.ones(8))
+        out["next"] = "no error"
+    except dist.DistBackendError as e:
+        out["next"] = str(e)
+    return out
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_exception_mid_enqueue_breaks_the_group(world_size):
+    # The first all_reduce is one header batch and 2(p-1) waves; the second fails at
+    # its second batch, after its headers were posted.
+    fail = ["0"] * world_size
+    fail[world_size - 1] = str(1 + 2 * (world_size - 1) + 2)
+    res = mp.run_world(world_size, injected_mid_enqueue, pg_timeout_s=30, transport="stream",
+                       timeout=120, env={"RINGCOLL_CHUNK_BYTES": "4096"},
+                       rank_env={"RINGCOLL_STREAM_FAIL_AFTER": fail})
+    for rank, r in enumerate(res):
+        assert "ringcoll::allreduce #2" in r["first"], (rank, r)
+        assert "injected failure" in r["first"], (rank, r)
+        assert r["elapsed"] < 5, (rank, r)
+        assert "unusable after an earlier failure" in r["next"], (rank, r)
+
+
+def abort_during_collective(rank, p):
+    """Rank 0 aborts its group from another thread while its collective waits for
+    rank 1, which never comes: the collective fails at once, naming the abort."""
+    if rank == 1:
+        dist.barrier(group=mp.GLOO)
+        time.sleep(4)
+        return None
+    pg = dist.group.WORLD
+    threading.Timer(0.3, pg.abort).start()
+    dist.barrier(group=mp.GLOO)
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(torch.ones(1000))
+        return "no error", 0.0
+    except dist.DistBackendError as e:
+        return str(e), time.monotonic() - t0
+
+
+def test_abort_from_another_thread():
+    res = mp.run_world(2, abort_during_collective, pg_timeout_s=60, transport="stream",
+                       timeout=120)
+    msg, elapsed = res[0]
+    assert "ringcoll::allreduce #1" in msg and "aborted" in msg, msg
+    assert elapsed < 2, (elapsed, msg)

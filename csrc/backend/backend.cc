@@ -116,8 +116,8 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
     executor_->setTracer(tracer_.get());
   }
   if (knobs_.transport == "stream") {
-    auto device = std::make_shared<CpuStreamDevice>(*transport_, knobs_.chunkBytes, timeout_,
-                                                    knobs_.streamDelayUs);
+    auto device = std::make_shared<CpuStreamDevice>(*transport_, knobs_.chunkBytes,
+                                                    knobs_.streamDelayUs, knobs_.streamFailAfter);
     device->executor().setTracer(tracer_.get());
     streamPath_ = std::make_shared<StreamPath>(std::move(device), store_, rank, size, knobs_,
                                                ringNeighbours_, knobs_.fingerprint);

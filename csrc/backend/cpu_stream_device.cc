@@ -21,19 +21,20 @@ struct CpuStreamDevice::End : StreamDevice::Event {
   CpuStream::MarkerPtr m;
 };
 
-CpuStreamDevice::CpuStreamDevice(Transport& host, size_t chunkBytes,
-                                 std::chrono::milliseconds timeout, uint32_t maxDelayUs)
+CpuStreamDevice::CpuStreamDevice(Transport& host, size_t chunkBytes, uint32_t maxDelayUs,
+                                 size_t failAfter)
     : compute_("compute", maxDelayUs) {
   reducer_ = std::make_unique<StreamReducer>(compute_, static_cast<size_t>(host.size()) + 1);
-  transport_ = std::make_unique<CpuStreamTransport>(host, compute_, chunkBytes, timeout,
-                                                    maxDelayUs);
+  transport_ = std::make_unique<CpuStreamTransport>(host, compute_, chunkBytes, maxDelayUs,
+                                                    failAfter);
   executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, chunkBytes);
 }
 
 CpuStreamDevice::~CpuStreamDevice() {
-  // The path finalized or aborted us: nothing is left to run.
+  // The path finalized or aborted us: nothing is left to run. A Work may keep this
+  // device past the backend, and so past the host transport: touch only our own.
   compute_.abort();
-  transport_->abort();
+  transport_->transferStream().abort();
   executor_.reset();
   transport_.reset();  // joins the transfer thread
   compute_.sync();
@@ -44,7 +45,13 @@ void CpuStreamDevice::enqueue(const std::function<void()>& fn) {
   fn();
 }
 
-void CpuStreamDevice::enqueueFinish(std::function<void()> fn) { compute_.enqueue(std::move(fn)); }
+void CpuStreamDevice::enqueueFinish(std::function<void()> fn) {
+  // Gated by the stop word like every kernel: a collective whose check failed
+  // writes nothing into the user's tensors.
+  compute_.enqueue([this, fn = std::move(fn)] {
+    if (!reducer_->kernelsStopped()) fn();
+  });
+}
 
 StreamDevice::EventPtr CpuStreamDevice::recordEnd() {
   return std::make_shared<End>(compute_.mark());

@@ -25,8 +25,8 @@ namespace ringcoll {
 class CpuStreamDevice final : public StreamDevice {
  public:
   // `host`: the transport the bytes travel on; it must outlive this device.
-  CpuStreamDevice(Transport& host, size_t chunkBytes, std::chrono::milliseconds timeout,
-                  uint32_t maxDelayUs);
+  // `maxDelayUs`, `failAfter`: RINGCOLL_STREAM_DELAY_US, RINGCOLL_STREAM_FAIL_AFTER.
+  CpuStreamDevice(Transport& host, size_t chunkBytes, uint32_t maxDelayUs, size_t failAfter);
   ~CpuStreamDevice() override;
 
   c10::Device device() const override { return c10::Device(c10::kCPU); }

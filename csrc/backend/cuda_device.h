@@ -40,7 +40,11 @@ class CudaDevice final : public StreamDevice {
   std::string name() const override;
 
   void enqueue(const std::function<void()>& fn) override;
-  void enqueueFinish(std::function<void()> fn) override { fn(); }  // under enqueue's guard
+  // Under enqueue's guard: the finish's torch copies go on the comm stream. Unlike
+  // the reducer's kernels they do not read the stop word, so on CUDA a collective
+  // whose device fingerprint check failed may still copy its (unreduced) working
+  // buffer into the outputs; the emulation skips them (cpu_stream_device.cc).
+  void enqueueFinish(std::function<void()> fn) override { fn(); }
   void protect(const std::vector<at::Tensor>& tensors) override;
   EventPtr recordEnd() override;
   bool futureOnDevice() const override { return true; }

@@ -203,9 +203,7 @@ StreamPath::~StreamPath() {
   }
   stopping_ = true;
   if (!pending_.empty() && broken_.empty()) {
-    failAll("the process group was shut down (destroy_process_group) while this collective "
-            "was still waiting for its peers",
-            /*report=*/false, /*teardown=*/false);
+    failEach("the process group was shut down (destroy_process_group)");
   }
   const bool clean = broken_.empty();
   lock.unlock();
@@ -225,9 +223,22 @@ StreamPath::~StreamPath() {
   }
 }
 
+void StreamPath::failEach(const std::string& why) {
+  const int prev = neighbours_.empty() ? rank_ : neighbours_.front();
+  const int next = neighbours_.empty() ? rank_ : neighbours_.back();
+  const std::string waited =
+      c10::str(" while it waited for rank ", prev, " (receive) / rank ", next, " (send)");
+  try {
+    retireFinished();
+  } catch (const std::exception&) {
+  }
+  for (auto& w : pending_) w->fail(c10::str(w->label(), ": ", why, waited));
+  failAll(why, /*report=*/false, /*teardown=*/false);
+}
+
 void StreamPath::abort(const std::string& why) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (broken_.empty()) failAll(why, /*report=*/false, /*teardown=*/false);
+  if (broken_.empty()) failEach(why);
   stopping_ = true;
   cv_.notify_all();
 }
@@ -357,22 +368,23 @@ void StreamPath::watchdog() {
   while (!stopping_ && broken_.empty()) {
     cv_.wait_for(lock, kWatchdogPoll);
     if (stopping_ || !broken_.empty()) break;
-    std::string why;
+    std::string why, fault;
     bool report = true;
     try {
       retireFinished();
     } catch (const std::exception& e) {
-      why = c10::str(pending_.empty() ? std::string("a collective") : pending_.front()->label(),
-                     ": the device failed: ", e.what());
+      fault = c10::str(pending_.empty() ? std::string("a collective") : pending_.front()->label(),
+                       ": the device failed: ", e.what());
     }
     completeRetired(lock);
     if (stopping_ || !broken_.empty()) break;
     const bool stopped = device_->kernelsStopped();
-    if (why.empty() && pending_.empty() && !stopped) continue;
+    if (pending_.empty() && !stopped) continue;
     const auto now = std::chrono::steady_clock::now();
-    if (!why.empty()) {
-      // the device fault above
-    } else if (device_->mismatchPeer() >= 0) {
+    // In order of what explains the most: a disagreement, a transfer that failed
+    // (the faults after it are its symptoms), a device fault, a timeout, another
+    // rank's report.
+    if (device_->mismatchPeer() >= 0) {
       why = mismatchText();
       if (!pending_.empty()) why = c10::str(pending_.front()->label(), ": ", why);
     } else if (!pending_.empty()) {
@@ -389,6 +401,8 @@ void StreamPath::watchdog() {
                        " (a peer exited or its connection failed), waiting for rank ", prev,
                        " (receive) / rank ", next, " (send); transfers aborted");
       }
+      if (why.empty() && !transfer.empty()) continue;  // the check may still speak
+      if (why.empty()) why = fault;
       for (const auto& w : pending_) {
         if (!why.empty()) break;
         if (now - w->started() > w->timeout()) {

@@ -89,6 +89,9 @@ class StreamPath {
   // Under mutex_: the failure path above, steps (0)-(4); `teardown`: then end the
   // process (the async default).
   void failAll(const std::string& why, bool report, bool teardown);
+  // failAll for a reason that is not any one collective's (abort(), shutdown()):
+  // each Work's error names it, and the peers it was waiting for.
+  void failEach(const std::string& why);
   std::string mismatchText();
   // Completes the futures of retired_ with `lock` released for the callbacks.
   void completeRetired(std::unique_lock<std::mutex>& lock);

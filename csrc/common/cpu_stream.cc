@@ -69,6 +69,7 @@ void CpuStream::loop() {
     lock.unlock();
     std::exception_ptr failed;
     if (item.marker) {
+      item.marker->failed_.store(skip, std::memory_order_release);
       item.marker->done_.store(true, std::memory_order_release);
     } else if (!skip) {
       if (maxDelayUs_ > 0) {

@@ -33,10 +33,14 @@ class CpuStream {
   class Marker {
    public:
     bool done() const { return done_.load(std::memory_order_acquire); }
+    // Once done: whether the stream had failed (or was aborted) by this point, so
+    // that the work before the marker may not have run.
+    bool failed() const { return failed_.load(std::memory_order_acquire); }
 
    private:
     friend class CpuStream;
     std::atomic<bool> done_{false};
+    std::atomic<bool> failed_{false};
   };
   using MarkerPtr = std::shared_ptr<Marker>;
   using Task = std::function<void()>;

@@ -19,7 +19,7 @@ const std::vector<std::string>& knownNames() {
       "RINGCOLL_INLINE_BYTES", "RINGCOLL_HOST", "RINGCOLL_DEBUG",
       "RINGCOLL_FINGERPRINT", "RINGCOLL_TRACE", "RINGCOLL_GPU_CHUNK_BYTES",
       "RINGCOLL_BLOCKING_WAIT", "RINGCOLL_ASYNC_ERROR_HANDLING", "RINGCOLL_GPU_FINGERPRINT",
-      "RINGCOLL_STREAM_DELAY_US",
+      "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER",
       // Read by the build (setup.py) and by Python (ringcoll.model), not by the
       // backend; listed so they are not reported as unknown.
       "RINGCOLL_CUDA", "RINGCOLL_MODEL"};
@@ -62,6 +62,8 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
     RC_CHECK_ARG(value == "teardown" || value == "raise", name, "='", value,
                  "' is not one of teardown, raise");
     k.asyncErrorHandling = value;
+  } else if (name == "RINGCOLL_STREAM_FAIL_AFTER") {
+    k.streamFailAfter = parseBytes(name, value, 0);
   } else if (name == "RINGCOLL_STREAM_DELAY_US") {
     k.streamDelayUs = static_cast<uint32_t>(parseBytes(name, value, 0));
   } else if (name == "RINGCOLL_INLINE_BYTES") {
@@ -119,6 +121,7 @@ std::string Knobs::describe() const {
                 " RINGCOLL_BLOCKING_WAIT=", blockingWait ? 1 : 0,
                 " RINGCOLL_ASYNC_ERROR_HANDLING=", asyncErrorHandling,
                 " RINGCOLL_STREAM_DELAY_US=", streamDelayUs,
+                " RINGCOLL_STREAM_FAIL_AFTER=", streamFailAfter,
                 " RINGCOLL_TRACE=", trace);  // last: empty when off
 }
 

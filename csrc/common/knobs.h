@@ -21,6 +21,10 @@
 //                                                streams starts after a random pause of
 //                                                up to this many microseconds, so races
 //                                                show
+//   streamFailAfter RINGCOLL_STREAM_FAIL_AFTER 0 stream, tests only: the N-th batch this
+//                                                rank enqueues throws instead (a failure
+//                                                in the middle of enqueuing a
+//                                                collective); 0: never
 //   chunkBytes   RINGCOLL_CHUNK_BYTES   1048576  largest single message (a segment, in
 //                                                whole elements); at least 64; each
 //                                                shared-memory slot and gloo staging
@@ -102,6 +106,7 @@ struct Knobs {
   std::string asyncErrorHandling = "teardown";
   size_t inlineBytes = size_t{256} << 10;
   uint32_t streamDelayUs = 0;
+  size_t streamFailAfter = 0;
   std::string host;
   bool debug = false;
   bool fingerprint = true;

@@ -146,6 +146,8 @@ class Execution {
   bool consumeRecvs(Channel& c, size_t ci);
   bool runFinishes();
   bool progressWaves();
+  // Stream-ordered: a receive-copy may land in place (not when checked).
+  bool inPlace(const PlanOp& op) const;
   void consume(const PlanOp& op, const void* view);
   void collectSends(Channel& c, size_t ci);
   bool exchangeHeaders();

@@ -9,6 +9,13 @@
 
 namespace ringcoll::algo {
 
+bool Execution::inPlace(const PlanOp& op) const {
+  // A checked job stages every receive: the transport writes where it is told
+  // whatever the check finds, and only the reducer's copy (skipped on a mismatch)
+  // may write the user's memory.
+  return op.kind == OpKind::kRecvCopy && devPeers_.empty();
+}
+
 bool Execution::progressWaves() {
   const auto& waves = plan_.waves;
   // The fingerprint on the device (executor.h): this rank's header out to every
@@ -25,7 +32,9 @@ bool Execution::progressWaves() {
       RC_ASSERT(posted, "a stream-ordered transport refused a header");
     }
     devPosted_ = true;
-    if (waves.empty()) transport_.flush();
+    // A batch of their own: headers always have the same size, so they arrive even
+    // when the payloads of ranks that disagree do not pair, and the check runs.
+    transport_.flush();
   }
   // Compared before any payload received with them is consumed.
   if (devPosted_ && !devChecked_ && (waves.empty() || waveConsumed_ < wavePosted_)) {
@@ -51,8 +60,7 @@ bool Execution::progressWaves() {
         const PlanOp& op = plan_.ops[i];
         const bool posted = op.kind == OpKind::kSend
             ? transport_.trySend(op.peer, at(op), bytes(op))
-            : transport_.tryPostRecv(op.peer, op.kind == OpKind::kRecvCopy ? at(op) : nullptr,
-                                     bytes(op));
+            : transport_.tryPostRecv(op.peer, inPlace(op) ? at(op) : nullptr, bytes(op));
         RC_ASSERT(posted, "a stream-ordered transport refused a post");
         if (OpTrace* t = traced(i)) {
           t->post = now;

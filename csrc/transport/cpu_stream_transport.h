@@ -15,9 +15,10 @@
 // Bytes move over the backend's host transport (shared memory within a host,
 // gloo between hosts), used by the transfer thread alone.
 //
-// A failure inside a batch (a peer exited, a batch past the timeout, abort())
-// fails the transfer stream (error()), as an NCCL error fails the communicator:
-// later batches are skipped and the host learns of it from error().
+// A failure inside a batch (a peer exited, abort()) fails the transfer stream
+// (error()), as an NCCL error fails the communicator: later batches are skipped,
+// and so is compute work ordered after a failed batch (it would read bytes that
+// never came); the host learns of it from error().
 #pragma once
 
 #include <atomic>
@@ -34,18 +35,23 @@ namespace ringcoll {
 class CpuStreamTransport final : public StreamTransport {
  public:
   // `inner`: the host transport the bytes travel on (it must outlive this one,
-  // and nothing else may use it); `compute`: the reducer's stream; `timeout`: the
-  // longest one batch may wait for its peers.
+  // and nothing else may use it); `compute`: the reducer's stream. A batch waits
+  // for its peers as long as it takes, as NCCL's do: the stream path's watchdog
+  // enforces the timeout and aborts. `failAfter` > 0 (tests): the failAfter-th
+  // enqueued batch throws instead.
   CpuStreamTransport(Transport& inner, CpuStream& compute, size_t slotBytes,
-                     std::chrono::milliseconds timeout, uint32_t maxDelayUs);
+                     uint32_t maxDelayUs, size_t failAfter = 0);
   ~CpuStreamTransport() override;
 
   std::string name() const override { return "stream(" + inner_.name() + ")"; }
   CpuStream& transferStream() { return transfer_; }
   // The peer the running batch waits for, -1 if none.
   int waitingFor() const { return waitPeer_.load(std::memory_order_relaxed); }
-  // Fails the batch in flight and skips the rest (ncclCommAbort).
-  void abort() { transfer_.abort(); }
+  // Fails the batch in flight and skips the rest (ncclCommAbort). Thread-safe.
+  void abort() {
+    transfer_.abort();
+    inner_.wake();
+  }
 
  private:
   struct HostMarker;
@@ -62,8 +68,9 @@ class CpuStreamTransport final : public StreamTransport {
 
   Transport& inner_;
   CpuStream& compute_;
-  const std::chrono::milliseconds timeout_;
   std::atomic<int> waitPeer_{-1};
+  const size_t failAfter_;
+  size_t batches_ = 0;
   CpuStream transfer_;  // last: its thread stops before the members above go
 };
 
