@@ -12,24 +12,24 @@ StreamReducer::StreamReducer(CpuStream& stream, size_t headerSlots)
 
 void StreamReducer::reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
                            RedOp op) {
-  enqueue([=] { cpu_.reduce(dst, a, b, count, dtype, op); });
+  enqueue([=, this] { cpu_.reduce(dst, a, b, count, dtype, op); });
 }
 
 void StreamReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
                             DType dtype, RedOp op) {
-  enqueue([=] { cpu_.reduce2(dst, dst2, a, b, count, dtype, op); });
+  enqueue([=, this] { cpu_.reduce2(dst, dst2, a, b, count, dtype, op); });
 }
 
 void StreamReducer::divide(void* buf, size_t count, DType dtype, int divisor) {
-  enqueue([=] { cpu_.divide(buf, count, dtype, divisor); });
+  enqueue([=, this] { cpu_.divide(buf, count, dtype, divisor); });
 }
 
 void StreamReducer::multiply(void* buf, size_t count, DType dtype, double factor) {
-  enqueue([=] { cpu_.multiply(buf, count, dtype, factor); });
+  enqueue([=, this] { cpu_.multiply(buf, count, dtype, factor); });
 }
 
 void StreamReducer::copy(void* dst, const void* src, size_t bytes, bool streaming) {
-  enqueue([=] { cpu_.copy(dst, src, bytes, streaming); });
+  enqueue([=, this] { cpu_.copy(dst, src, bytes, streaming); });
 }
 
 void* StreamReducer::headerSlot(size_t slot) {
