@@ -298,6 +298,70 @@ def test_gpu_collectives_vs_nccl(p):
     assert not failures, f"{len(failures)} of {checks} checks failed:\n" + "\n".join(failures[:40])
 
 
+def gpu_exchange(rank, p):
+    """gather, scatter, all_to_all and all_to_all_single (even and uneven splits) on
+    CUDA tensors: exact (sender, receiver, index) blocks, and the same bytes as
+    NCCL's; and oneshot's all-reduce, whose scratch is device memory."""
+    from datetime import timedelta
+
+    from tests.test_algorithms import _block, _splits
+
+    _set_device(rank)
+    nccl = dist.new_group(backend="nccl")
+    f = []
+    for dtype in (torch.float32, torch.int64, torch.bfloat16):
+        for n in (0, 1, p + 1, 1000):
+            for root in range(p):
+                out = [torch.zeros(n, dtype=dtype, device="cuda") for _ in range(p)]
+                dist.gather(_block(rank, root, n, dtype).cuda(), out if rank == root else None,
+                            dst=root)
+                want = [_block(q, root, n, dtype) for q in range(p)]
+                if rank == root and not all(same(a.cpu(), b) for a, b in zip(out, want)):
+                    f.append(f"gather {dtype} n={n} root={root}")
+                ins = [_block(root, q, n, dtype, salt=1).cuda() for q in range(p)]
+                y = torch.zeros(n, dtype=dtype, device="cuda")
+                dist.scatter(y, ins if rank == root else None, src=root)
+                y_nccl = torch.zeros(n, dtype=dtype, device="cuda")
+                dist.scatter(y_nccl, ins if rank == root else None, src=root, group=nccl)
+                if not same(y.cpu(), _block(root, rank, n, dtype, salt=1)):
+                    f.append(f"scatter {dtype} n={n} root={root}")
+                if not torch.equal(y, y_nccl):
+                    f.append(f"scatter differs from nccl {dtype} n={n} root={root}")
+            send = [_splits(rank, d, p, n) for d in range(p)]
+            recv = [_splits(s_, rank, p, n) for s_ in range(p)]
+            x = torch.cat([_block(rank, d, send[d], dtype, salt=2) for d in range(p)]).cuda()
+            y = torch.zeros(sum(recv), dtype=dtype, device="cuda")
+            y_nccl = torch.zeros_like(y)
+            dist.all_to_all_single(y, x, recv, send)
+            dist.all_to_all_single(y_nccl, x, recv, send, group=nccl)
+            if not same(y.cpu(), torch.cat([_block(s_, rank, recv[s_], dtype, salt=2)
+                                            for s_ in range(p)])):
+                f.append(f"all_to_all_single uneven {dtype} n={n}")
+            if not torch.equal(y, y_nccl):
+                f.append(f"all_to_all_single differs from nccl {dtype} n={n}")
+            outs = [torch.zeros(n, dtype=dtype, device="cuda") for _ in range(p)]
+            dist.all_to_all(outs, [_block(rank, d, n, dtype).cuda() for d in range(p)])
+            if not all(same(o.cpu(), _block(s_, rank, n, dtype)) for s_, o in enumerate(outs)):
+                f.append(f"all_to_all {dtype} n={n}")
+    one = dist.new_group(backend="ringcoll", timeout=timedelta(seconds=60),
+                         pg_options=ringcoll.Options(algo="oneshot"))
+    for n in (1, p + 1, 4099):
+        inputs = [cases.make_input(r, n, torch.float32, "SUM", p) for r in range(p)]
+        x = inputs[rank].cuda()
+        dist.all_reduce(x, group=one)
+        if not same(x.cpu(), cases.reference(inputs, "SUM", torch.float32, p)):
+            f.append(f"oneshot all_reduce n={n}")
+    torch.cuda.synchronize()
+    return f
+
+
+@pytest.mark.parametrize("p", WORLDS)
+def test_gpu_exchange_and_oneshot_vs_nccl(p):
+    per_rank = gpu_world(p, gpu_exchange, timeout=600)
+    failures = [f"rank {r}: {x}" for r, fs in enumerate(per_rank) for x in fs]
+    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:40])
+
+
 def gpu_avg(rank, p):
     """AVG on floats: ringcoll sums (exactly: integers in [0, 32), so every partial
     sum of up to 8 ranks is below 256, exact even in bfloat16) then divides once, so

@@ -5,7 +5,7 @@
 // alltoall.cc; the algorithm RINGCOLL_ALGO picks, direct by default) directly on
 // the user's tensors: a contiguous tensor is used in
 // place, a non-contiguous one through a contiguous copy written back at the end.
-// CPU tensors only for now (checks::cpuOnly).
+// CPU and CUDA tensors alike; the tensors of one call share a device.
 #include "backend/backend.h"
 
 #include "backend/api_helpers.h"
@@ -35,12 +35,14 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::gather(
   const char* op = "gather";
   at::Tensor in = checks::realView(op, checks::single(op, inputs, "input"));
   const DType dtype = checks::tensorDType(op, in, "input");
-  checks::cpuOnly(op, in, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
   auto outLists = checks::realViews(op, outputs);
   std::vector<at::Tensor> outs =
       checks::rootList(op, outLists, "output", getRank(), root, getSize(), in, "the input");
+  for (size_t i = 0; i < outs.size(); ++i) {
+    checks::sameDevice(op, outs[i], c10::str("output ", i), in, "the input");
+  }
   const algo::Algorithm* a = algorithm(op, algo::Collective::kGather, bytesOf(in) * getSize());
   return launch(c10d::OpType::GATHER, op,
                 callPrint(algo::Method::kGather, dtype, in.numel(), nullptr, root), {in}, outs,
@@ -106,12 +108,14 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::scatter(
   const char* op = "scatter";
   at::Tensor out = checks::realView(op, checks::single(op, outputs, "output"));
   const DType dtype = checks::tensorDType(op, out, "output");
-  checks::cpuOnly(op, out, "output");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
   auto inLists = checks::realViews(op, inputs);
   std::vector<at::Tensor> ins =
       checks::rootList(op, inLists, "input", getRank(), root, getSize(), out, "the output");
+  for (size_t i = 0; i < ins.size(); ++i) {
+    checks::sameDevice(op, ins[i], c10::str("input ", i), out, "the output");
+  }
   const algo::Algorithm* a = algorithm(op, algo::Collective::kScatter, bytesOf(out) * getSize());
   return launch(c10d::OpType::SCATTER, op,
                 callPrint(algo::Method::kScatter, dtype, out.numel(), nullptr, root), ins,
@@ -146,8 +150,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall_base(
   at::Tensor in = checks::realView(op, input);
   const DType dtype = checks::tensorDType(op, in, "input");
   checks::tensorDType(op, out, "output");
-  checks::cpuOnly(op, in, "input");
-  checks::cpuOnly(op, out, "output");
+  checks::sameDevice(op, out, "output", in, "input");
   TORCH_CHECK(output.scalar_type() == input.scalar_type(), "ringcoll::", op,
               ": output has dtype ", output.scalar_type(), " but input has dtype ",
               input.scalar_type());
@@ -187,7 +190,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall(std::vector<at::Tensor>
     for (const auto* t : {&ins[j], &outs[j]}) {
       const std::string what = c10::str(t == &ins[j] ? "input " : "output ", j);
       checks::tensorDType(op, *t, what.c_str());
-      checks::cpuOnly(op, *t, what);
+      checks::sameDevice(op, *t, what, ins[0], "input 0");
       // Compared as the caller passed them: a complex tensor and a real one of
       // the same element type are different dtypes.
       const at::Tensor& given = t == &ins[j] ? inputs[j] : outputs[j];

@@ -199,6 +199,12 @@ void cpuOnly(const char* op, const at::Tensor& t, const std::string& what) {
               "; ", op, " is not supported on cuda yet (cpu tensors only)");
 }
 
+void sameDevice(const char* op, const at::Tensor& t, const std::string& what,
+                const at::Tensor& ref, const std::string& refWhat) {
+  TORCH_CHECK(t.device() == ref.device(), "ringcoll::", op, ": ", what, " is on ", t.device(),
+              " but ", refWhat, " is on ", ref.device());
+}
+
 std::vector<at::Tensor> rootList(const char* op, std::vector<std::vector<at::Tensor>>& lists,
                                  const char* what, int rank, int root, int size,
                                  const at::Tensor& ref, const char* refWhat) {
@@ -212,7 +218,9 @@ std::vector<at::Tensor> rootList(const char* op, std::vector<std::vector<at::Ten
   TORCH_CHECK(lists.size() == 1, "ringcoll::", op, ": the root (rank ", root,
               ") must pass exactly 1 ", what, " list, got ", lists.size());
   std::vector<at::Tensor> list = perRankList(op, lists, what, size, ref, refWhat);
-  for (size_t i = 0; i < list.size(); ++i) cpuOnly(op, list[i], c10::str(what, " ", i));
+  for (size_t i = 0; i < list.size(); ++i) {
+    sameDevice(op, list[i], c10::str(what, " ", i), ref, refWhat);
+  }
   return list;
 }
 

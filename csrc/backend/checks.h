@@ -59,9 +59,12 @@ void basePair(const char* op, const at::Tensor& large, const char* largeWhat,
 
 void rootInRange(const char* op, int64_t root, int size);
 
-// Gather, scatter and all-to-all run on CPU tensors only for now: a cuda tensor is
-// an error naming the op and the device.
+// Point-to-point runs on CPU tensors only for now: a cuda tensor is an error naming
+// the op and the device.
 void cpuOnly(const char* op, const at::Tensor& t, const std::string& what);
+// t is on ref's device (the tensors of one call share a device).
+void sameDevice(const char* op, const at::Tensor& t, const std::string& what,
+                const at::Tensor& ref, const std::string& refWhat);
 
 // gather's output list (scatter's input list): on the root one list of p tensors,
 // each with the dtype, numel and device of `ref` (named refWhat); on other ranks no

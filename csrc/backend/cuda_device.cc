@@ -52,7 +52,16 @@ CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
   }
   // Every rank's init returned, so every rank read the id.
   if (rank == 0) store->deleteKey(kUniqueIdKey);
-  transport_ = std::make_unique<NcclTransport>(*comm_, rank, size, stream_.stream(), chunkBytes);
+  // Staging from torch's caching allocator, on the comm stream (where the buffers
+  // are read); an out-of-memory is torch's error, naming the sizes.
+  cudaStream_t comm = stream_.stream();
+  NcclTransport::Allocator alloc{
+      [comm](size_t bytes) {
+        return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, comm);
+      },
+      [](void* p) { c10::cuda::CUDACachingAllocator::raw_delete(p); }};
+  transport_ = std::make_unique<NcclTransport>(*comm_, rank, size, comm, chunkBytes,
+                                               std::move(alloc));
   reducer_ = std::make_unique<CudaReducer>(stream_.stream(), static_cast<size_t>(size) + 1);
   executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, chunkBytes);
   executor_->setTracer(tracer);

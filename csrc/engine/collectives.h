@@ -39,8 +39,9 @@ inline void describeReduction(Fingerprint& fp, const Reduction& red) {
 // sent); AVG divides by p where the schedule marks elements reduced. A schedule
 // with scratch (schedules/schedule.h) gets it from the reducer's device as a second
 // region, filled with a copy of buf's first elements in the prologue, after the
-// scaling; where the reducer has no memory to give (CUDA, for now) the call is
-// refused with std::invalid_argument naming the algorithm.
+// scaling (host memory on CPU, stream-ordered device memory on CUDA); a reducer
+// with no memory to give makes the call fail with std::invalid_argument naming
+// the algorithm.
 inline Job reducingJob(Schedule schedule, const Params& prm, void* buf, DType dtype,
                        const Reduction& red, Reducer& reducer) {
   Job job;
@@ -50,8 +51,8 @@ inline Job reducingJob(Schedule schedule, const Params& prm, void* buf, DType dt
     RC_ASSERT(scratch <= n, schedule.name, ": scratch of ", scratch, " elements past ", n);
     job.owned = reducer.allocate(scratch * elementSize(dtype));
     RC_CHECK_ARG(job.owned != nullptr, "schedule '", schedule.name, "' needs ", scratch,
-                 " elements of scratch memory, which this device does not provide yet "
-                 "(CPU tensors only): name another algorithm for this collective");
+                 " elements of scratch memory, which this device does not provide: name "
+                 "another algorithm for this collective");
     keep = job.owned.get();
     job.regions = {{0, n, buf}, {n, n + scratch, keep}};
   }

@@ -180,6 +180,13 @@ CudaReducer::CudaReducer(cudaStream_t stream, size_t headerSlots)
   RC_CUDA_CHECK(cudaMalloc(&headers_, headerSlots_ * kHeaderBytes));
 }
 
+std::shared_ptr<void> CudaReducer::allocate(size_t bytes) {
+  void* p = nullptr;
+  RC_CUDA_CHECK(cudaMallocAsync(&p, bytes ? bytes : 1, stream_));
+  cudaStream_t stream = stream_;
+  return std::shared_ptr<void>(p, [stream](void* q) { cudaFreeAsync(q, stream); });
+}
+
 CudaReducer::~CudaReducer() {
   // No throw in a destructor; cudaFree waits for the kernels that use the buffer.
   if (headers_) cudaFree(headers_);

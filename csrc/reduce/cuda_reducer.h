@@ -64,6 +64,11 @@ class CudaReducer final : public Reducer {
   void copy(void* dst, const void* src, size_t bytes, bool streaming) override;
   // Device copies have no read-for-ownership to avoid: never stream.
   size_t streamingBytes() const override { return static_cast<size_t>(-1); }
+  // A job's scratch in device memory, allocated and freed in the order of this
+  // reducer's stream (cudaMallocAsync / cudaFreeAsync): the free is enqueued when
+  // the last holder lets go, which the backend does only once the job's end was
+  // reached, so no kernel of the job still uses it.
+  std::shared_ptr<void> allocate(size_t bytes) override;
 
   // Fingerprint headers on the device (Reducer's contract).
   void* headerSlot(size_t slot) override;

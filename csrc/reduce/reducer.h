@@ -48,9 +48,9 @@ class Reducer {
   // record both (reduce/cuda_reducer.h). The CPU reducer has none of these.
   virtual void* headerSlot(size_t) { return nullptr; }
   // `bytes` of memory on this reducer's device, 64-byte aligned, for a job's
-  // scratch (schedules/schedule.h), freed when the last holder lets go (after the job);
-  // null where the device has none to give yet (CUDA: an algorithm needing scratch
-  // is refused there, engine/collectives.h).
+  // scratch (schedules/schedule.h), freed when the last holder lets go (after the
+  // job's end); null where the device has none to give (engine/collectives.h then
+  // refuses an algorithm that needs it).
   virtual std::shared_ptr<void> allocate(size_t) { return nullptr; }
   virtual void writeHeader(void*, const void*, size_t) {}
   virtual void checkHeader(const void*, const void*, size_t, int) {}

@@ -25,8 +25,8 @@
 // Each rank reduces in its own order (rank r: its input, then r-1, r-2, ...), so
 // for floating-point SUM/AVG/PREMUL_SUM with p >= 3 the ranks may differ in the
 // last bits (every other algorithm reduces each block on one rank and copies it);
-// integer ops, MIN/MAX and p <= 2 agree exactly. Scratch is host memory for now:
-// on CUDA tensors the call is refused (engine/collectives.h).
+// integer ops, MIN/MAX and p <= 2 agree exactly. The scratch is memory of the
+// tensors' device (engine/collectives.h).
 #include <algorithm>
 
 #include "common/errors.h"

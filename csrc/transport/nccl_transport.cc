@@ -1,6 +1,7 @@
 #include "transport/nccl_transport.h"
 
 #include "common/cuda_check.h"
+#include "common/errors.h"
 
 namespace ringcoll {
 
@@ -13,14 +14,18 @@ struct NcclTransport::Event : StreamTransport::Marker {
 };
 
 NcclTransport::NcclTransport(NcclComm& comm, int rank, int size, cudaStream_t compute,
-                             size_t slotBytes)
-    : StreamTransport(rank, size, slotBytes), comm_(comm), compute_(compute) {
+                             size_t slotBytes, Allocator allocator)
+    : StreamTransport(rank, size, slotBytes),
+      comm_(comm),
+      compute_(compute),
+      allocator_(std::move(allocator)) {
   RC_CUDA_CHECK(cudaStreamCreateWithFlags(&transfer_, cudaStreamNonBlocking));
 }
 
 NcclTransport::~NcclTransport() {
-  // No throw in a destructor. Device memory is freed synchronously (cudaFree
-  // waits for the device), so no transfer into it is still running.
+  // No throw in a destructor. The communicator ended first (the backend's
+  // CudaDevice), so no NCCL kernel writes the staging any more; the allocator
+  // hands it out again in the comm stream's order, after what reads it there.
   releaseStaging();
   if (transfer_) cudaStreamDestroy(transfer_);
 }
@@ -69,11 +74,11 @@ void NcclTransport::enqueueBatch(const std::vector<Post>& batch) {
 }
 
 void* NcclTransport::allocStaging(size_t bytes) {
-  void* buf = nullptr;
-  RC_CUDA_CHECK(cudaMalloc(&buf, bytes));
+  void* buf = allocator_.alloc(bytes);
+  RC_ASSERT(buf != nullptr, "no staging buffer of ", bytes, " bytes");
   return buf;
 }
 
-void NcclTransport::freeStaging(void* p) { cudaFree(p); }
+void NcclTransport::freeStaging(void* p) { allocator_.free(p); }
 
 }  // namespace ringcoll

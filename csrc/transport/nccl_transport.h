@@ -1,7 +1,8 @@
 // GPU transport: ncclSend/ncclRecv between the ranks of one communicator, the CUDA
 // glue of a stream-ordered transport (stream_transport.h, where the batching,
 // ordering and staging logic lives and is tested on the CPU). Nothing here blocks
-// the host beyond enqueuing.
+// the host beyond enqueuing. Staging buffers come from the allocator the backend
+// gives (torch's caching allocator), not from raw cudaMalloc.
 //
 // `compute` is the backend's comm stream (where the reducer's kernels run); the
 // transfer stream is this transport's own. Markers are CUDA events; a batch is one
@@ -18,6 +19,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,7 +30,14 @@ namespace ringcoll {
 
 class NcclTransport final : public StreamTransport {
  public:
-  NcclTransport(NcclComm& comm, int rank, int size, cudaStream_t compute, size_t slotBytes);
+  // Where staging buffers come from: the backend passes torch's caching allocator,
+  // so they show in torch.cuda.memory_* and are reused from its pool.
+  struct Allocator {
+    std::function<void*(size_t)> alloc;
+    std::function<void(void*)> free;
+  };
+  NcclTransport(NcclComm& comm, int rank, int size, cudaStream_t compute, size_t slotBytes,
+                Allocator allocator);
   ~NcclTransport() override;
 
   std::string name() const override { return "nccl"; }
@@ -47,6 +56,7 @@ class NcclTransport final : public StreamTransport {
 
   NcclComm& comm_;
   cudaStream_t compute_;
+  Allocator allocator_;
   cudaStream_t transfer_ = nullptr;
 };
 
