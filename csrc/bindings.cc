@@ -34,11 +34,12 @@ namespace {
 
 using ringcoll::RingcollBackend;
 
-// The knobs, with RINGCOLL_ALGO parsed against the registry.
+// The knobs, with RINGCOLL_ALGO and RINGCOLL_GPU_ALGO parsed against the registry.
 ringcoll::Knobs loadKnobs(const std::map<std::string, std::string>& overrides) {
   try {
     ringcoll::Knobs knobs = ringcoll::Knobs::load(overrides);
     ringcoll::algo::Selector{knobs.algo};
+    if (!knobs.gpuAlgo.empty()) ringcoll::algo::Selector{knobs.gpuAlgo};
     return knobs;
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, "ringcoll: ", e.what());

@@ -64,7 +64,12 @@ def _resolve_auto(overrides, store, rank, size):
     if _knob(overrides, "RINGCOLL_DEBUG", "0") in ("1", "true"):
         print(f"[ringcoll rank {rank}/{size}] RINGCOLL_ALGO={value} resolved to {resolved}",
               file=sys.stderr, flush=True)
-    return {**overrides, "RINGCOLL_ALGO": resolved}
+    out = {**overrides, "RINGCOLL_ALGO": resolved}
+    # The model is calibrated on the CPU transports: CUDA tensors run ring until it
+    # has a calibration of its own, unless RINGCOLL_GPU_ALGO says otherwise.
+    if _knob(overrides, "RINGCOLL_GPU_ALGO") is None:
+        out["RINGCOLL_GPU_ALGO"] = "ring"
+    return out
 
 
 def create_backend(dist_backend_opts, backend_options):

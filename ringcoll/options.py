@@ -14,7 +14,8 @@ from dataclasses import dataclass
 @dataclass
 class Options:
     algo: str | None = None  # RINGCOLL_ALGO: "rhd", "allreduce=twoshot:0-64K,ring;..."
-    transport: str | None = None  # RINGCOLL_TRANSPORT: auto | shm | gloo
+    gpu_algo: str | None = None  # RINGCOLL_GPU_ALGO: the same for CUDA tensors
+    transport: str | None = None  # RINGCOLL_TRANSPORT: auto | shm | gloo | stream
     chunk_bytes: int | None = None  # RINGCOLL_CHUNK_BYTES (>= 64)
     inline_bytes: int | None = None  # RINGCOLL_INLINE_BYTES
     host: str | None = None  # RINGCOLL_HOST
@@ -31,6 +32,8 @@ class Options:
         out = {}
         if self.algo is not None:
             out["RINGCOLL_ALGO"] = str(self.algo)
+        if self.gpu_algo is not None:
+            out["RINGCOLL_GPU_ALGO"] = str(self.gpu_algo)
         if self.transport is not None:
             out["RINGCOLL_TRANSPORT"] = str(self.transport)
         if self.chunk_bytes is not None:

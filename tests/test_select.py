@@ -168,3 +168,23 @@ def test_every_algorithm_says_what_it_provides():
         "direct": ["gather", "scatter", "alltoall"],
         "biring": ["allreduce", "barrier"],
     }
+
+
+def test_gpu_algo_is_validated_and_auto_runs_ring_on_cuda():
+    """RINGCOLL_GPU_ALGO is parsed like RINGCOLL_ALGO; auto, whose model is calibrated
+    on the CPU transports, leaves CUDA tensors on ring unless it is set."""
+    import torch.distributed as dist
+
+    from ringcoll._backend import _resolve_auto
+
+    assert "RINGCOLL_GPU_ALGO=rhd" in _C.knobs({"RINGCOLL_GPU_ALGO": "rhd"})
+    with pytest.raises(RuntimeError, match="nonsense"):
+        _C.knobs({"RINGCOLL_GPU_ALGO": "nonsense"})
+    store = dist.HashStore()
+    out = _resolve_auto({"RINGCOLL_ALGO": "auto", "RINGCOLL_TRANSPORT": "shm"}, store, 0, 2)
+    assert out["RINGCOLL_GPU_ALGO"] == "ring", out
+    assert out["RINGCOLL_ALGO"] != "auto", out
+    kept = _resolve_auto({"RINGCOLL_ALGO": "auto", "RINGCOLL_GPU_ALGO": "tree",
+                          "RINGCOLL_TRANSPORT": "shm"}, dist.HashStore(), 0, 2)
+    assert kept["RINGCOLL_GPU_ALGO"] == "tree", kept
+    assert "RINGCOLL_GPU_ALGO" not in _resolve_auto({"RINGCOLL_ALGO": "rhd"}, store, 0, 2)

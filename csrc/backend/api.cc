@@ -37,7 +37,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
   at::Tensor t = checks::realView(op, tensors[0], &opts.reduceOp);
   const DType dtype = checks::tensorDType(op, t, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllreduce, bytesOf(t));
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllreduce, bytesOf(t), t);
   return launch(c10d::OpType::ALLREDUCE, op,
                 callPrint(algo::Method::kAllreduce, dtype, t.numel(), &red),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
@@ -66,7 +66,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   int64_t count = 0;
   for (const auto& t : ts) count += t.numel();
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllreduce, bytes);
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllreduce, bytes, ts[0]);
   return launch(c10d::OpType::ALLREDUCE_COALESCED, op,
                 callPrint(algo::Method::kAllreduceCoalesced, dtype, count,
                           &red),
@@ -101,7 +101,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce(std::vector<at::Tensor>& 
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   const int root = static_cast<int>(opts.rootRank);
   const bool isRoot = root == getRank();
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kReduce, bytesOf(t));
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kReduce, bytesOf(t), t);
   // The schedule clobbers non-roots' buffers: they work on a copy so that their
   // input is left as it was.
   return launch(c10d::OpType::REDUCE, op,
@@ -125,7 +125,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
   const DType dtype = checks::tensorDType(op, t, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kBroadcast, bytesOf(t));
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kBroadcast, bytesOf(t), t);
   return launch(c10d::OpType::BROADCAST, op,
                 callPrint(algo::Method::kBroadcast, dtype, t.numel(), nullptr, root),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
@@ -145,7 +145,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_allgather_base(
   at::Tensor in = checks::realView(op, input);
   checks::basePair(op, out, "output", in, "input", getSize());
   const DType dtype = checks::tensorDType(op, in, "input");
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllgather, bytesOf(out));
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllgather, bytesOf(out), out);
   return launch(c10d::OpType::_ALLGATHER_BASE, op,
                 callPrint(algo::Method::kAllgatherIntoTensor, dtype, in.numel()), {in}, {out},
                 bytesOf(out), opTimeout(opts.timeout),
@@ -172,7 +172,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
   std::vector<at::Tensor> outs =
       checks::perRankList(op, outLists, "output", getSize(), in, "the input");
   const algo::Algorithm* a =
-      algorithm(op, algo::Collective::kAllgather, bytesOf(in) * outs.size());
+      algorithm(op, algo::Collective::kAllgather, bytesOf(in) * outs.size(), in);
   return launch(c10d::OpType::ALLGATHER, op, callPrint(algo::Method::kAllgather, dtype, in.numel()),
                 {in}, outs, bytesOf(in) * outs.size(), opTimeout(opts.timeout),
                 [this, a, outs, in, dtype](algo::Executor&) {
@@ -198,7 +198,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
   checks::basePair(op, in, "input", out, "output", getSize());
   const DType dtype = checks::tensorDType(op, in, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kReduceScatter, bytesOf(in));
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kReduceScatter, bytesOf(in), in);
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op,
                 callPrint(algo::Method::kReduceScatterTensor, dtype, out.numel(),
                           &red),
@@ -222,7 +222,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
       checks::perRankList(op, inLists, "input", getSize(), out, "the output");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   const algo::Algorithm* a =
-      algorithm(op, algo::Collective::kReduceScatter, bytesOf(out) * ins.size());
+      algorithm(op, algo::Collective::kReduceScatter, bytesOf(out) * ins.size(), out);
   return launch(c10d::OpType::REDUCE_SCATTER, op,
                 callPrint(algo::Method::kReduceScatter, dtype, out.numel(),
                           &red),
@@ -240,7 +240,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
 c10::intrusive_ptr<c10d::Work> RingcollBackend::barrier(const c10d::BarrierOptions& opts) {
   const char* op = "barrier";
   const algo::Algorithm* a =
-      algorithm(op, algo::Collective::kBarrier, static_cast<size_t>(getSize()));
+      algorithm(op, algo::Collective::kBarrier, static_cast<size_t>(getSize()), at::Tensor());
   algo::Fingerprint fp;
   fp.method = algo::Method::kBarrier;
   return launch(c10d::OpType::BARRIER, op, fp, {}, {}, static_cast<size_t>(getSize()),

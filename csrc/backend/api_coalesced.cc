@@ -100,7 +100,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgatherPacked(
   const DType dtype0 = checks::tensorDType(op, ins[0], "input 0");
   algo::Fingerprint fp = callPrint(method, dtype0, totalNumel(ins));
   fp.layout = layout;
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllgather, bytes);
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllgather, bytes, ins[0]);
   return launch(
       type, op, fp, ins, outs, bytes, timeout,
       [this, a, ins, packing, p, unpack = std::move(unpack)](algo::Executor&) {
@@ -214,7 +214,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter_tensor_coalesced(
                                    packing.block, &red);
   fp.layout = layout;
   const size_t bytes = static_cast<size_t>(inputs[0].element_size() * packing.block * p);
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kReduceScatter, bytes);
+  const algo::Algorithm* a = algorithm(op, algo::Collective::kReduceScatter, bytes, inputs[0]);
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   return launch(
       RINGCOLL_OP_REDUCE_SCATTER_TENSOR_COALESCED, op, fp, ins, outs, bytes,

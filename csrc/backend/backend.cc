@@ -54,6 +54,7 @@ struct RingcollBackend::CpuTask {
   std::unique_ptr<algo::Execution> exec;
   Clock::time_point started;
   algo::TraceTag tag;  // set only when tracing
+  Clock::time_point lastReportLook{};  // checkInterrupts' last read of the store
 };
 
 RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -64,12 +65,23 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
       store_(store),
       knobs_(std::move(knobs)),
       selector_(knobs_.algo),
+      gpuSelector_(knobs_.gpuAlgo.empty() ? knobs_.algo : knobs_.gpuAlgo),
       timeout_(timeout),
       p2p_(std::move(p2p)) {
   TORCH_CHECK(p2p_, "ringcoll: backend created without its point-to-point group");
   TORCH_CHECK(p2p_->getRank() == rank && p2p_->getSize() == size,
               "ringcoll: point-to-point group is rank ", p2p_->getRank(), " of ",
               p2p_->getSize(), " but the backend is rank ", rank, " of ", size);
+  // A group re-created under the same store prefix must not read the failure an
+  // earlier one reported: rank 0 clears it before the topology exchange, which no
+  // rank leaves before every rank entered it.
+  if (rank == 0) {
+    try {
+      store_->deleteKey(kFailureKey);
+    } catch (const std::exception&) {
+      // a store without deleteKey: reports are then only as fresh as the prefix
+    }
+  }
   StoreRendezvous rv(store_);
   Topology topo;
   try {
@@ -196,7 +208,7 @@ void RingcollBackend::markBroken(const std::string& why) {
   if (broken_.empty()) broken_ = why;
 }
 
-void RingcollBackend::checkInterrupts(const CpuTask& t) {
+void RingcollBackend::checkInterrupts(CpuTask& t) {
   const int how = stop_.load();
   if (how == static_cast<int>(Stop::kAbort)) {
     throw PeerError(-1, "aborted (ProcessGroup abort() was called) while it waited for " +
@@ -207,6 +219,9 @@ void RingcollBackend::checkInterrupts(const CpuTask& t) {
     throw PeerError(-1, "the process group was shut down (destroy_process_group) while it "
                         "waited for " + t.exec->waitingWhat());
   }
+  const auto now = Clock::now();
+  if (now - t.lastReportLook < reportPollFor(getSize())) return;
+  t.lastReportLook = now;
   const std::string report = peerReport();
   if (!report.empty()) throw ReportedError(report);
 }
@@ -236,10 +251,10 @@ algo::Params RingcollBackend::params(size_t n, int root) const {
 }
 
 const algo::Algorithm* RingcollBackend::algorithm(const char* op, algo::Collective c,
-                                                  size_t bytes) const {
+                                                  size_t bytes, const at::Tensor& like) const {
   algo::Choice choice;
   try {
-    choice = selector_.pick(c, bytes);
+    choice = (like.defined() && like.is_cuda() ? gpuSelector_ : selector_).pick(c, bytes);
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, "ringcoll::", op, ": ", e.what());
   }

@@ -214,7 +214,7 @@ class RingcollBackend final : public c10d::Backend {
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
   // Between slices of a CPU collective: throws if it must end now (a peer's report
   // in the store, abort(), shutdown() with no progress for kShutdownGrace).
-  void checkInterrupts(const CpuTask& task);
+  void checkInterrupts(CpuTask& task);
   // A collective called, or started, after abort()/shutdown() fails at once.
   void throwIfStopped(const std::string& label) const;
   // What another rank reported in the group's store (a disagreement), "" if none.
@@ -228,7 +228,9 @@ class RingcollBackend final : public c10d::Backend {
   // The algorithm RINGCOLL_ALGO selects for collective c over `bytes` bytes, logged
   // with the reason under RINGCOLL_DEBUG; a "ringcoll::<op>:" error if it does not
   // provide c. Registry entries live for the whole process.
-  const algo::Algorithm* algorithm(const char* op, algo::Collective c, size_t bytes) const;
+  // `like`: a tensor of the call; CUDA tensors use RINGCOLL_GPU_ALGO's selection.
+  const algo::Algorithm* algorithm(const char* op, algo::Collective c, size_t bytes,
+                                   const at::Tensor& like) const;
   // A flat working buffer of `numel` elements like `like` (dtype, device). On CPU it
   // is memory reused from one collective to the next: a fresh allocation of tens of
   // MiB costs page faults and zeroing on every call (a 32 MiB clone took 12 ms here,
@@ -249,6 +251,7 @@ class RingcollBackend final : public c10d::Backend {
   const c10::intrusive_ptr<c10d::Store> store_;
   const Knobs knobs_;
   const algo::Selector selector_;
+  const algo::Selector gpuSelector_;  // for CUDA tensors (Knobs::gpuAlgo)
   const std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Backend> p2p_;
   std::vector<int> ringOrder_;

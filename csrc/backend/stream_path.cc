@@ -412,7 +412,7 @@ void StreamPath::watchdog() {
         }
       }
       if (why.empty() && now - oldest->started() > kReportPoll &&
-          now - lastStoreLook > kReportPoll) {
+          now - lastStoreLook > reportPollFor(size_)) {
         lastStoreLook = now;
         const std::string other = readFailureReport(store_, kFailureKey);
         if (!other.empty()) {

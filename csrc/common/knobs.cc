@@ -19,7 +19,7 @@ const std::vector<std::string>& knownNames() {
       "RINGCOLL_INLINE_BYTES", "RINGCOLL_HOST", "RINGCOLL_DEBUG",
       "RINGCOLL_FINGERPRINT", "RINGCOLL_TRACE", "RINGCOLL_GPU_CHUNK_BYTES",
       "RINGCOLL_BLOCKING_WAIT", "RINGCOLL_ASYNC_ERROR_HANDLING", "RINGCOLL_GPU_FINGERPRINT",
-      "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER",
+      "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER", "RINGCOLL_GPU_ALGO",
       // Read by the build (setup.py) and by Python (ringcoll.model), not by the
       // backend; listed so they are not reported as unknown.
       "RINGCOLL_CUDA", "RINGCOLL_MODEL"};
@@ -62,6 +62,8 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
     RC_CHECK_ARG(value == "teardown" || value == "raise", name, "='", value,
                  "' is not one of teardown, raise");
     k.asyncErrorHandling = value;
+  } else if (name == "RINGCOLL_GPU_ALGO") {
+    k.gpuAlgo = value;
   } else if (name == "RINGCOLL_STREAM_FAIL_AFTER") {
     k.streamFailAfter = parseBytes(name, value, 0);
   } else if (name == "RINGCOLL_STREAM_DELAY_US") {
@@ -105,14 +107,16 @@ Knobs Knobs::load(const std::map<std::string, std::string>& overrides) {
 }
 
 std::string Knobs::shared() const {
-  return RC_STR("RINGCOLL_ALGO=", algo, " RINGCOLL_TRANSPORT=", transport,
+  return RC_STR("RINGCOLL_ALGO=", algo, " RINGCOLL_GPU_ALGO=", gpuAlgo,
+                " RINGCOLL_TRANSPORT=", transport,
                 " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_GPU_CHUNK_BYTES=", gpuChunkBytes,
                 " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0,
                 " RINGCOLL_GPU_FINGERPRINT=", gpuFingerprint ? 1 : 0);
 }
 
 std::string Knobs::describe() const {
-  return RC_STR("RINGCOLL_ALGO=", algo, " RINGCOLL_TRANSPORT=", transport,
+  return RC_STR("RINGCOLL_ALGO=", algo, " RINGCOLL_GPU_ALGO=", gpuAlgo,
+                " RINGCOLL_TRANSPORT=", transport,
                 " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_INLINE_BYTES=", inlineBytes,
                 " RINGCOLL_HOST=", host.empty() ? "(auto)" : host,
                 " RINGCOLL_DEBUG=", debug ? 1 : 0, " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0,

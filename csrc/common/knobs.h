@@ -11,6 +11,10 @@
 //                                                or auto: the cost model's choice for
 //                                                this p and transport, resolved by the
 //                                                Python creator (ringcoll/model/auto.py)
+//   gpuAlgo      RINGCOLL_GPU_ALGO      (algo)   the same for CUDA tensors; unset: algo's
+//                                                value, except that auto (whose model is
+//                                                calibrated on the CPU transports) runs
+//                                                ring on CUDA tensors
 //   transport    RINGCOLL_TRANSPORT     auto     CPU tensors: auto (shared memory within
 //                                                a host, gloo between hosts) | shm | gloo
 //                                                | stream: the CPU emulation of the GPU
@@ -98,6 +102,7 @@ namespace ringcoll {
 
 struct Knobs {
   std::string algo = "ring";
+  std::string gpuAlgo;  // "" = algo's
   std::string transport = "auto";
   size_t chunkBytes = size_t{1} << 20;
   size_t gpuChunkBytes = size_t{32} << 20;
