@@ -43,12 +43,7 @@ class CpuStreamDevice final : public StreamDevice {
 
   bool reached(const EventPtr& end) override;
   std::string transferError() override;
-  void stopKernels() override { reducer_->stopKernels(); }
-  bool kernelsStopped() const override { return reducer_->kernelsStopped(); }
-  int mismatchPeer() const override { return reducer_->mismatchPeer(); }
-  void mismatchBytes(uint8_t* want, uint8_t* got) const override {
-    reducer_->mismatchBytes(want, got);
-  }
+  StreamOrderedReducer& reducer() override { return *reducer_; }
   void abortTransfers() override;
   void finalize(std::chrono::milliseconds limit) override;
 

@@ -21,6 +21,7 @@
 #include <c10/core/Device.h>
 
 #include "engine/executor.h"
+#include "reduce/reducer.h"
 
 namespace ringcoll {
 
@@ -66,16 +67,12 @@ class StreamDevice {
   // The transfers' asynchronous error ("" if none): a peer exited, a connection
   // failed.
   virtual std::string transferError() = 0;
-  // The stop word (reduce/cuda_reducer.h): set it; read it; the device
-  // fingerprint check's result (peer -1 if none; both headers).
-  virtual void stopKernels() = 0;
-  virtual bool kernelsStopped() const = 0;
-  virtual int mismatchPeer() const = 0;
-  virtual void mismatchBytes(uint8_t* want, uint8_t* got) const = 0;
+  // The reducer's stop word and fingerprint check (reduce/reducer.h).
+  virtual StreamOrderedReducer& reducer() = 0;
   // Nothing failed: no kernel was stopped and the transfers have no error. An end
   // reached on a device that is not intact means work was skipped or received
   // nothing: not a success.
-  bool intact() { return !kernelsStopped() && transferError().empty(); }
+  bool intact() { return !reducer().kernelsStopped() && transferError().empty(); }
   // Transfers stuck on a peer give up (ncclCommAbort); idempotent.
   virtual void abortTransfers() = 0;
   // The orderly end after a clean shutdown: what was enqueued reaches the peers,

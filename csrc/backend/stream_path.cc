@@ -306,10 +306,10 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
 }
 
 std::string StreamPath::mismatchText() {
-  const int peer = device_->mismatchPeer();
+  const int peer = device_->reducer().mismatchPeer();
   algo::Fingerprint mine;
   uint8_t want[sizeof(algo::Fingerprint)], got[sizeof(algo::Fingerprint)];
-  device_->mismatchBytes(want, got);
+  device_->reducer().mismatchBytes(want, got);
   std::memcpy(&mine, want, sizeof(mine));
   mine.rank = rank_;  // not in the device's bytes (engine/fingerprint.h's canonical)
   std::string text = algo::mismatch(mine, got, peer);
@@ -341,7 +341,7 @@ void StreamPath::failAll(const std::string& why, bool report, bool teardown) {
   pending_.clear();
   broken_ = why;
   // (2) nothing queued behind the failure reduces or copies stale data.
-  device_->stopKernels();
+  device_->reducer().stopKernels();
   // (3) stuck transfers exit; nobody enqueues on the device any more.
   device_->abortTransfers();
   // (4) the other ranks learn why.
@@ -378,13 +378,13 @@ void StreamPath::watchdog() {
     }
     completeRetired(lock);
     if (stopping_ || !broken_.empty()) break;
-    const bool stopped = device_->kernelsStopped();
+    const bool stopped = device_->reducer().kernelsStopped();
     if (pending_.empty() && !stopped) continue;
     const auto now = std::chrono::steady_clock::now();
     // In order of what explains the most: a disagreement, a transfer that failed
     // (the faults after it are its symptoms), a device fault, a timeout, another
     // rank's report.
-    if (device_->mismatchPeer() >= 0) {
+    if (device_->reducer().mismatchPeer() >= 0) {
       why = mismatchText();
       if (!pending_.empty()) why = c10::str(pending_.front()->label(), ": ", why);
     } else if (!pending_.empty()) {

@@ -46,7 +46,7 @@ cudaError_t launchDivide(void* buf, size_t count, DType dtype, int divisor,
 cudaError_t launchMultiply(void* buf, size_t count, DType dtype, double factor,
                            cudaStream_t stream, const volatile int* stop = nullptr);
 
-class CudaReducer final : public Reducer {
+class CudaReducer final : public StreamOrderedReducer {
  public:
   // `headerSlots`: 64-byte device buffers for fingerprint headers: slot 0 for this
   // rank's, 1 + r for rank r's (the group size + 1).
@@ -75,13 +75,12 @@ class CudaReducer final : public Reducer {
   void writeHeader(void* dst, const void* bytes, size_t n) override;
   void checkHeader(const void* got, const void* want, size_t n, int peer) override;
 
-  // Host side of the stop word: set it (no CUDA call; visible to kernels that
-  // start after this returns).
-  void stopKernels();
-  bool kernelsStopped() const { return control_->stop != 0; }
-  // The peer whose header differed (-1: none yet), and both headers.
-  int mismatchPeer() const;
-  void mismatchBytes(uint8_t* want, uint8_t* got) const;
+  // StreamOrderedReducer's: the stop word and the check's result live in the
+  // host-mapped control block.
+  void stopKernels() override;
+  bool kernelsStopped() const override { return control_->stop != 0; }
+  int mismatchPeer() const override;
+  void mismatchBytes(uint8_t* want, uint8_t* got) const override;
 
  private:
   const volatile int* stopWord() const { return &deviceControl_->stop; }

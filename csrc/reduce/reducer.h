@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <new>
 
@@ -54,6 +55,21 @@ class Reducer {
   virtual std::shared_ptr<void> allocate(size_t) { return nullptr; }
   virtual void writeHeader(void*, const void*, size_t) {}
   virtual void checkHeader(const void*, const void*, size_t, int) {}
+};
+
+// A reducer whose work runs later on a stream (CudaReducer, and StreamReducer, its
+// CPU emulation): besides the arithmetic, the stop word every operation reads
+// before it touches memory, and the device fingerprint check's result
+// (reduce/cuda_reducer.h).
+class StreamOrderedReducer : public Reducer {
+ public:
+  // Host side of the stop word: set it (no device call; operations that start
+  // after this returns skip), and read it.
+  virtual void stopKernels() = 0;
+  virtual bool kernelsStopped() const = 0;
+  // The peer whose header differed (-1: none yet), and both 64-byte headers.
+  virtual int mismatchPeer() const = 0;
+  virtual void mismatchBytes(uint8_t* want, uint8_t* got) const = 0;
 };
 
 // SUM on float32, bfloat16 and float16 runs the SIMD kernels of the reducer's

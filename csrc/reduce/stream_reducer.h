@@ -21,7 +21,7 @@
 
 namespace ringcoll {
 
-class StreamReducer final : public Reducer {
+class StreamReducer final : public StreamOrderedReducer {
  public:
   static constexpr size_t kHeaderBytes = 64;
 
@@ -43,11 +43,11 @@ class StreamReducer final : public Reducer {
   void writeHeader(void* dst, const void* bytes, size_t n) override;
   void checkHeader(const void* got, const void* want, size_t n, int peer) override;
 
-  // The host side of the stop word, as CudaReducer's.
-  void stopKernels() { stop_.store(true, std::memory_order_release); }
-  bool kernelsStopped() const { return stop_.load(std::memory_order_acquire); }
-  int mismatchPeer() const { return mismatchPeer_.load(std::memory_order_acquire); }
-  void mismatchBytes(uint8_t* want, uint8_t* got) const;
+  // StreamOrderedReducer's, as CudaReducer's.
+  void stopKernels() override { stop_.store(true, std::memory_order_release); }
+  bool kernelsStopped() const override { return stop_.load(std::memory_order_acquire); }
+  int mismatchPeer() const override { return mismatchPeer_.load(std::memory_order_acquire); }
+  void mismatchBytes(uint8_t* want, uint8_t* got) const override;
 
  private:
   // Runs `fn` on the stream unless the stop word is set by then.
