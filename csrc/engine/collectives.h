@@ -107,6 +107,14 @@ Job barrier(const Algorithm& algo, const Params& prm, void* scratch);
 // is staged; a rank's own block is copied locally in the job's prologue, once the
 // ranks agreed. Their schedules obey registry.h's contract for them.
 
+// What gather and scatter share: a job over p blocks of prm.n / p elements whose
+// regions are the root's p blocks (blocks[q] for block q) and, on every other rank,
+// its own block alone at `mine`; the root's own block moves between `mine` and
+// blocks[root] in the prologue (`toRoot`: gather's direction, mine -> blocks[root];
+// else scatter's). `schedule` is the algorithm's for the collective.
+Job rootedJob(Schedule schedule, const Params& prm, DType dtype, void* mine,
+              const std::vector<void*>& blocks, Reducer& reducer, bool toRoot);
+
 // Gather. prm.n = p * m: rank i's m elements at `mine` reach blocks[i] on the root
 // (p pointers to m elements each there; empty on other ranks).
 Job gather(const Algorithm& algo, const Params& prm, DType dtype, const void* mine,

@@ -5,7 +5,8 @@
 //
 // Memory: each block is its own region (Job::regions): on the root the user's
 // output tensors, elsewhere the rank's input alone. Nothing is staged. The root
-// places its own block locally (the job's prologue, once the ranks agreed).
+// places its own block locally (the job's prologue, once the ranks agreed). The
+// job's shape is shared with scatter (rootedJob, defined here).
 #include "engine/collectives.h"
 
 #include "common/errors.h"
@@ -14,27 +15,35 @@ namespace ringcoll::algo {
 
 Job gather(const Algorithm& algo, const Params& prm, DType dtype, const void* mine,
            const std::vector<void*>& blocks, Reducer& reducer) {
-  const bool root = prm.rank == prm.root;
-  RC_ASSERT(blocks.size() == (root ? static_cast<size_t>(prm.size) : 0u), "gather: ",
-            blocks.size(), " output blocks on rank ", prm.rank, " (root ", prm.root, ")");
+  RC_ASSERT(blocks.size() == (prm.rank == prm.root ? static_cast<size_t>(prm.size) : 0u),
+            "gather: ", blocks.size(), " output blocks on rank ", prm.rank, " (root ",
+            prm.root, ")");
+  return rootedJob(algo.gather(prm), prm, dtype, const_cast<void*>(mine), blocks, reducer,
+                   /*toRoot=*/true);
+}
+
+Job rootedJob(Schedule schedule, const Params& prm, DType dtype, void* mine,
+              const std::vector<void*>& blocks, Reducer& reducer, bool toRoot) {
   Job job;
-  job.schedule = algo.gather(prm);
+  job.schedule = std::move(schedule);
   job.n = prm.n;
   job.dtype = dtype;  // copies only: no op
-  const size_t es = elementSize(dtype);
   const Range me = blockRange(prm.n, prm.size, prm.rank);
-  if (!root) {
-    if (!me.empty()) job.regions.push_back({me.begin, me.end, const_cast<void*>(mine)});
+  if (prm.rank != prm.root) {
+    if (!me.empty()) job.regions.push_back({me.begin, me.end, mine});
     return job;
   }
+  // Gather's root only receives into its blocks, scatter's only sends from them.
   for (int q = 0; q < prm.size; ++q) {
     const Range b = blockRange(prm.n, prm.size, q);
     if (!b.empty()) job.regions.push_back({b.begin, b.end, blocks[q]});
   }
   void* own = blocks[prm.root];
   if (!me.empty() && own != mine) {
-    job.prologue = [&reducer, own, mine, bytes = me.size() * es] {
-      reducer.copy(own, mine, bytes, false);
+    void* dst = toRoot ? own : mine;
+    const void* src = toRoot ? mine : own;
+    job.prologue = [&reducer, dst, src, bytes = me.size() * elementSize(dtype)] {
+      reducer.copy(dst, src, bytes, false);
     };
   }
   return job;
