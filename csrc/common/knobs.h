@@ -40,13 +40,11 @@
 //                                                launch costs a round trip, so a ring
 //                                                step up to this size is one launch
 //   gpuFingerprint RINGCOLL_GPU_FINGERPRINT 0    1: CUDA collectives carry the header
-//                                                too, in their first NCCL batch, compared
-//                                                on the device (engine/executor.h);
-//                                                experimental and off: its first GPU run
-//                                                (2026-11-23) reported a false mismatch
-//                                                (a stale header) in back-to-back reduce
-//                                                calls; fixed since (Execution::done()),
-//                                                not yet re-run on a GPU
+//                                                too, in a batch of their own, compared
+//                                                on the device (engine/executor.h); off
+//                                                by default until a GPU run shows it
+//                                                free of false mismatches (the stream
+//                                                emulation runs it on by default)
 //   blockingWait RINGCOLL_BLOCKING_WAIT 0        CUDA: 1: Work.wait() blocks the host
 //                                                until the collective finished and
 //                                                raises on failure or timeout; 0: it
