@@ -9,6 +9,7 @@ comes: they return promptly and the collective fails saying why.
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -311,6 +312,35 @@ def test_calls_after_abort_fail_at_once():
     res = mp.run_world(2, abort_then_call, pg_timeout_s=30, transport="shm")
     for msg in res:
         assert "ringcoll::allreduce #2" in msg and "aborted" in msg, msg
+
+
+def abort_while_calling(rank, p):
+    """Every rank issues small collectives (run inline, on the calling thread) in a
+    loop while another thread aborts the group: the loop ends with an error naming
+    the abort, and the process neither crashes nor hangs (abort() must not free the
+    worker or the executor under a running launch)."""
+    pg = dist.group.WORLD
+    dist.barrier(group=mp.GLOO)
+    threading.Timer(0.2, pg.abort).start()
+    calls = 0
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            dist.all_reduce(torch.ones(4))
+        except Exception as e:  # noqa: BLE001
+            return calls, str(e)
+        calls += 1
+    return calls, "no error"
+
+
+def test_abort_from_another_thread_while_calling():
+    for _ in range(3):  # the race is narrow: several worlds
+        res = mp.run_world(2, abort_while_calling, pg_timeout_s=5, transport="shm",
+                           timeout=60)
+        for rank, (calls, msg) in enumerate(res):
+            assert calls > 0, (rank, msg)
+            assert "ringcoll::allreduce" in msg and ("aborted" in msg or "rank" in msg), \
+                (rank, calls, msg)
 
 
 # --------------------------------------------------------------------------------

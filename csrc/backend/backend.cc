@@ -170,6 +170,8 @@ void RingcollBackend::stop(Stop how) {
     for (auto* path : {&cuda, &stream}) {
       if (*path && how == Stop::kAbort) (*path)->abort("the process group was aborted (abort())");
     }
+    // No CPU launch runs past this point (cpuMutex_); later ones see stop_.
+    std::unique_lock<std::shared_mutex> cpu(cpuMutex_);
     worker_.reset();
     // The paths end (a launch still running holds its own reference) before the
     // host transport they may ride on.
@@ -229,6 +231,7 @@ void RingcollBackend::checkInterrupts(CpuTask& t) {
 std::string RingcollBackend::peerReport() { return readFailureReport(store_, kFailureKey); }
 
 std::vector<std::string> RingcollBackend::links() const {
+  std::shared_lock<std::shared_mutex> lock(cpuMutex_);
   std::vector<std::string> out;
   if (!transport_) return out;  // aborted or shut down
   for (int r = 0; r < getSize(); ++r) out.push_back(r == getRank() ? "" : transport_->linkName(r));
@@ -326,7 +329,8 @@ std::shared_ptr<StreamPath> RingcollBackend::streamPathFor(const at::Tensor& fir
   const c10::DeviceIndex index = first.device().index();
   if (!cuda_) {
     auto device = std::make_shared<CudaDevice>(store_, getRank(), getSize(), timeout_,
-                                               knobs_.gpuChunkBytes, index, tracer_.get());
+                                               knobs_.gpuChunkBytes, index, tracer_.get(),
+                                               knobs_.ncclBlocking);
     cuda_ = std::make_shared<StreamPath>(std::move(device), store_, getRank(), getSize(), knobs_,
                                          ringNeighbours_,
                                          knobs_.fingerprint && knobs_.gpuFingerprint);
@@ -348,6 +352,9 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, con
                                                           size_t bytes,
                                                           std::chrono::milliseconds timeout,
                                                           Body body) {
+  // stop() frees the worker and the executor only once no launch holds this.
+  std::shared_lock<std::shared_mutex> lock(cpuMutex_);
+  throwIfStopped(label);
   // The Work may outlive abort(), which drops the backend's executor: it keeps
   // its own reference, and only reads the executor's waitingFor().
   std::shared_ptr<algo::Executor> executor = executor_;

@@ -43,6 +43,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -287,6 +288,11 @@ class RingcollBackend final : public c10d::Backend {
   // The stream path for `first`'s device, created if needed; throws if stopped.
   std::shared_ptr<StreamPath> streamPathFor(const at::Tensor& first, const char* op,
                                             const std::string& label);
+  // Held shared by every CPU launch (launchCpu, links()) from its stop_ check to
+  // its return, and exclusively by stop() while it frees worker_, executor_ and
+  // transport_: an abort() from another thread never frees them under a running
+  // launch. A launch holds it for at most kInlineBudget and a hand-off.
+  mutable std::shared_mutex cpuMutex_;
   // Declared last: destroyed first, so queued collectives finish while the
   // members they use still exist.
   std::unique_ptr<Worker> worker_;

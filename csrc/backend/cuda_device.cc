@@ -40,18 +40,10 @@ struct CudaDevice::Event : StreamDevice::Event {
 
 CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, size_t chunkBytes,
-                       c10::DeviceIndex device, algo::Tracer* tracer)
+                       c10::DeviceIndex device, algo::Tracer* tracer, bool ncclBlocking)
     : device_(device), stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {
   c10::cuda::CUDAGuard guard(device_);
   const ncclUniqueId id = exchangeUniqueId(store, rank);
-  try {
-    comm_ = std::make_unique<NcclComm>(id, rank, size, timeout);
-  } catch (const PeerError& e) {
-    C10_THROW_ERROR(DistBackendError, c10::str("ringcoll (cuda:", static_cast<int>(device_),
-                                               "): ", e.what()));
-  }
-  // Every rank's init returned, so every rank read the id.
-  if (rank == 0) store->deleteKey(kUniqueIdKey);
   // Staging from torch's caching allocator, on the comm stream (where the buffers
   // are read); an out-of-memory is torch's error, naming the sizes.
   cudaStream_t comm = stream_.stream();
@@ -60,8 +52,16 @@ CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
         return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, comm);
       },
       [](void* p) { c10::cuda::CUDACachingAllocator::raw_delete(p); }};
-  transport_ = std::make_unique<NcclTransport>(*comm_, rank, size, comm, chunkBytes,
-                                               std::move(alloc));
+  try {
+    comm_ = std::make_unique<NcclComm>(id, rank, size, timeout, ncclBlocking);
+    // Every rank's init returned, so every rank read the id.
+    if (rank == 0) store->deleteKey(kUniqueIdKey);
+    transport_ = std::make_unique<NcclTransport>(*comm_, rank, size, comm, chunkBytes,
+                                                 std::move(alloc));
+  } catch (const PeerError& e) {
+    C10_THROW_ERROR(DistBackendError, c10::str("ringcoll (cuda:", static_cast<int>(device_),
+                                               "): ", e.what()));
+  }
   reducer_ = std::make_unique<CudaReducer>(stream_.stream(), static_cast<size_t>(size) + 1);
   executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, chunkBytes);
   executor_->setTracer(tracer);
@@ -143,7 +143,7 @@ void CudaDevice::abortTransfers() {
 
 void CudaDevice::finalize(std::chrono::milliseconds limit) {
   auto lk = comm_->lock();
-  comm_->finalize(limit);
+  comm_->finalize(lk, limit);
 }
 
 void CudaDevice::bindThread() {

@@ -28,10 +28,11 @@ namespace ringcoll {
 class CudaDevice final : public StreamDevice {
  public:
   // `tracer`: RINGCOLL_TRACE's (null when off); it records host times only.
-  // Creating the communicator waits at most `timeout` for the other ranks.
+  // Creating the communicator and connecting every peer wait at most `timeout` for
+  // the other ranks (unless `ncclBlocking`: RINGCOLL_NCCL_BLOCKING, common/knobs.h).
   CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
              std::chrono::milliseconds timeout, size_t chunkBytes, c10::DeviceIndex device,
-             algo::Tracer* tracer);
+             algo::Tracer* tracer, bool ncclBlocking);
   ~CudaDevice() override;
 
   c10::Device device() const override { return c10::Device(c10::kCUDA, device_); }

@@ -56,6 +56,8 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
     k.gpuChunkBytes = parseBytes(name, value, static_cast<long long>(Knobs::kMinChunkBytes));
   } else if (name == "RINGCOLL_GPU_FINGERPRINT") {
     k.gpuFingerprint = parseBool(name, value);
+  } else if (name == "RINGCOLL_NCCL_BLOCKING") {
+    k.ncclBlocking = parseBool(name, value);
   } else if (name == "RINGCOLL_BLOCKING_WAIT") {
     k.blockingWait = parseBool(name, value);
   } else if (name == "RINGCOLL_ASYNC_ERROR_HANDLING") {
@@ -122,6 +124,7 @@ std::string Knobs::describe() const {
                 " RINGCOLL_DEBUG=", debug ? 1 : 0, " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0,
                 " RINGCOLL_GPU_CHUNK_BYTES=", gpuChunkBytes,
                 " RINGCOLL_GPU_FINGERPRINT=", gpuFingerprint ? 1 : 0,
+                " RINGCOLL_NCCL_BLOCKING=", ncclBlocking ? 1 : 0,
                 " RINGCOLL_BLOCKING_WAIT=", blockingWait ? 1 : 0,
                 " RINGCOLL_ASYNC_ERROR_HANDLING=", asyncErrorHandling,
                 " RINGCOLL_STREAM_DELAY_US=", streamDelayUs,

@@ -45,6 +45,16 @@
 //                                                by default until a GPU run shows it
 //                                                free of false mismatches (the stream
 //                                                emulation runs it on by default)
+//   ncclBlocking RINGCOLL_NCCL_BLOCKING 0       CUDA: 1: a blocking NCCL communicator.
+//                                                Non-blocking (0) lets the watchdog time
+//                                                out and abort the communicator's
+//                                                creation and connection; its price is
+//                                                a thread NCCL starts at each batch's
+//                                                ncclGroupEnd (one per wave). Blocking
+//                                                saves that thread; a rank that never
+//                                                creates its communicator then hangs
+//                                                the others' creation (as with
+//                                                ProcessGroupNCCL's default)
 //   blockingWait RINGCOLL_BLOCKING_WAIT 0        CUDA: 1: Work.wait() blocks the host
 //                                                until the collective finished and
 //                                                raises on failure or timeout; 0: it
@@ -105,6 +115,7 @@ struct Knobs {
   size_t chunkBytes = size_t{1} << 20;
   size_t gpuChunkBytes = size_t{32} << 20;
   bool gpuFingerprint = false;
+  bool ncclBlocking = false;
   bool blockingWait = false;
   std::string asyncErrorHandling = "teardown";
   size_t inlineBytes = size_t{256} << 10;

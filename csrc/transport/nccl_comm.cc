@@ -6,17 +6,18 @@
 
 namespace ringcoll {
 
-NcclComm::NcclComm(const ncclUniqueId& id, int rank, int size, std::chrono::milliseconds limit)
+NcclComm::NcclComm(const ncclUniqueId& id, int rank, int size, std::chrono::milliseconds limit,
+                   bool blocking)
     : rank_(rank), limit_(limit) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
+  config.blocking = blocking ? 1 : 0;
   auto lk = lock();
   const ncclResult_t r = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
     throw PeerError(-1, RC_STR("ncclCommInitRankConfig failed on rank ", rank, " of ", size,
                                ": ", ncclGetErrorString(r)));
   }
-  waitReady(RC_STR("creating the NCCL communicator (rank ", rank, " of ", size,
+  waitReady(lk, RC_STR("creating the NCCL communicator (rank ", rank, " of ", size,
                    "; every rank of the group must make its first CUDA collective)"),
             -1);
 }
@@ -41,10 +42,14 @@ ncclResult_t NcclComm::asyncError() {
   return r != ncclSuccess ? r : state;
 }
 
-void NcclComm::waitReady(const std::string& what, int peer, std::chrono::milliseconds limit) {
+void NcclComm::waitReady(std::unique_lock<std::mutex>& lk, const std::string& what, int peer,
+                         std::chrono::milliseconds limit) {
   const auto deadline = Clock::now() + limit;
   auto pause = std::chrono::microseconds(1);
-  for (;;) {
+  for (int polls = 0;; ++polls) {
+    if (aborted_.load()) {
+      throw PeerError(peer, RC_STR(what, ": the NCCL communicator was aborted meanwhile"));
+    }
     const ncclResult_t state = asyncError();
     if (state == ncclSuccess) return;
     if (state != ncclInProgress) {
@@ -58,12 +63,18 @@ void NcclComm::waitReady(const std::string& what, int peer, std::chrono::millise
                                    "; communicator aborted"),
                       /*timedOut=*/true);
     }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    lk.unlock();
+    if (polls < kSpinPolls) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::microseconds(1000));
+    }
+    lk.lock();
   }
 }
 
-bool NcclComm::finalize(std::chrono::milliseconds limit) {
+bool NcclComm::finalize(std::unique_lock<std::mutex>& lk, std::chrono::milliseconds limit) {
   if (aborted_.load() || comm_ == nullptr) return false;
   const ncclResult_t r = ncclCommFinalize(comm_);
   if (r != ncclSuccess && r != ncclInProgress) {
@@ -71,7 +82,7 @@ bool NcclComm::finalize(std::chrono::milliseconds limit) {
     return false;
   }
   try {
-    waitReady("finalizing the NCCL communicator", -1, limit);  // aborts on failure
+    waitReady(lk, "finalizing the NCCL communicator", -1, limit);  // aborts on failure
   } catch (const PeerError&) {
     return false;
   }

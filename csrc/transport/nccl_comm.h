@@ -2,11 +2,15 @@
 // transport enqueues under it, the backend's watchdog polls and aborts under it,
 // so no thread ever calls NCCL on a communicator another thread has aborted.
 //
-// The communicator is non-blocking (ncclConfig_t.blocking = 0): init, connection
-// set-up and ncclGroupEnd return at once with ncclInProgress, and waitReady() polls
-// ncclCommGetAsyncError until the call finished, failed, or `limit` passed. So a
-// dead or missing peer can never hold the lock (or the caller) forever: past the
-// limit the communicator is aborted and the caller gets a PeerError.
+// By default the communicator is non-blocking (ncclConfig_t.blocking = 0): init,
+// connection set-up and ncclGroupEnd return at once with ncclInProgress (NCCL
+// finishes them on a thread of its own), and waitReady() polls
+// ncclCommGetAsyncError until the call finished, failed, or `limit` passed. It
+// releases the lock between polls, so abort() from another thread (the watchdog,
+// ProcessGroup abort()) never waits behind a connection, and a dead or missing
+// peer never holds the caller forever: past the limit the communicator is aborted
+// and the caller gets a PeerError. `blocking` (RINGCOLL_NCCL_BLOCKING) trades that
+// for no NCCL thread per ncclGroupEnd: every call then returns done.
 // No torch here.
 #pragma once
 
@@ -25,7 +29,8 @@ class NcclComm {
 
   // Creates the communicator and waits for it, at most `limit`; throws PeerError
   // (peer -1) naming the rank and the wait on failure or timeout.
-  NcclComm(const ncclUniqueId& id, int rank, int size, std::chrono::milliseconds limit);
+  NcclComm(const ncclUniqueId& id, int rank, int size, std::chrono::milliseconds limit,
+           bool blocking = false);
   // Aborts if still alive: never waits on a peer.
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
@@ -35,11 +40,19 @@ class NcclComm {
 
   // Under lock(): the handle for an NCCL call; throws PeerError if aborted.
   ncclComm_t get(const std::string& what) const;
-  // Under lock(): after a non-blocking call, waits until it is done (ncclSuccess),
-  // at most `limit` from now. A failure or the limit aborts the communicator and
-  // throws PeerError(peer) naming `what`.
-  void waitReady(const std::string& what, int peer) { waitReady(what, peer, limit_); }
-  void waitReady(const std::string& what, int peer, std::chrono::milliseconds limit);
+  // With `lk` (this communicator's lock) held: after a non-blocking call, waits
+  // until it is done (ncclSuccess), at most `limit` from now, releasing `lk` between
+  // polls (held again on return). It polls without sleeping for the first
+  // kSpinPolls (an ncclGroupEnd of connected peers is done within tens of
+  // microseconds), then sleeps, doubling the pause up to 1 ms. A failure or the
+  // limit aborts the communicator and throws PeerError(peer) naming `what`; so does
+  // an abort() by another thread meanwhile.
+  void waitReady(std::unique_lock<std::mutex>& lk, const std::string& what, int peer) {
+    waitReady(lk, what, peer, limit_);
+  }
+  void waitReady(std::unique_lock<std::mutex>& lk, const std::string& what, int peer,
+                 std::chrono::milliseconds limit);
+  static constexpr int kSpinPolls = 200;
   // Under lock(): ncclSuccess, ncclInProgress or the error of the last operations.
   ncclResult_t asyncError();
   // Under lock(): aborts (idempotent); kernels stuck in NCCL then exit.
@@ -48,7 +61,7 @@ class NcclComm {
   // this rank already enqueued is flushed, so a peer still receiving from it gets
   // its data rather than a closed connection. At most `limit`; past it, or on an
   // error, it aborts instead. Returns whether it ended in order. Idempotent.
-  bool finalize(std::chrono::milliseconds limit);
+  bool finalize(std::unique_lock<std::mutex>& lk, std::chrono::milliseconds limit);
   bool aborted() const { return aborted_.load(); }
   std::chrono::milliseconds limit() const { return limit_; }
 

@@ -20,6 +20,33 @@ NcclTransport::NcclTransport(NcclComm& comm, int rank, int size, cudaStream_t co
       compute_(compute),
       allocator_(std::move(allocator)) {
   RC_CUDA_CHECK(cudaStreamCreateWithFlags(&transfer_, cudaStreamNonBlocking));
+  connectAll();
+}
+
+void NcclTransport::connectAll() {
+  const int p = size();
+  if (p < 2) return;
+  connectBuf_ = allocStaging(2 * static_cast<size_t>(p));
+  RC_CUDA_CHECK(cudaMemsetAsync(connectBuf_, 0, 2 * static_cast<size_t>(p), transfer_));
+  char* out = static_cast<char*>(connectBuf_);
+  char* in = out + p;
+  auto lk = comm_.lock();
+  ncclComm_t comm = comm_.get("connecting to the peers");
+  RC_NCCL_CHECK(ncclGroupStart(), -1);
+  try {
+    for (int q = 0; q < p; ++q) {
+      if (q == rank()) continue;
+      RC_NCCL_CHECK(ncclSend(out + q, 1, ncclUint8, q, comm, transfer_), q);
+      RC_NCCL_CHECK(ncclRecv(in + q, 1, ncclUint8, q, comm, transfer_), q);
+    }
+  } catch (...) {
+    ncclGroupEnd();  // the thread's group depth back to 0 (enqueueBatch)
+    throw;
+  }
+  RC_NCCL_CHECK(ncclGroupEnd(), -1);
+  comm_.waitReady(lk, RC_STR("connecting to every peer of the group (rank ", rank(), " of ", p,
+                             "; every rank connects at its first CUDA collective)"),
+                  -1);
 }
 
 NcclTransport::~NcclTransport() {
@@ -27,6 +54,7 @@ NcclTransport::~NcclTransport() {
   // CudaDevice), so no NCCL kernel writes the staging any more; the allocator
   // hands it out again in the comm stream's order, after what reads it there.
   releaseStaging();
+  if (connectBuf_) freeStaging(connectBuf_);
   if (transfer_) cudaStreamDestroy(transfer_);
 }
 
@@ -68,9 +96,9 @@ void NcclTransport::enqueueBatch(const std::vector<Post>& batch) {
     throw;
   }
   RC_NCCL_CHECK(ncclGroupEnd(), first);
-  // Non-blocking: the batch is on the stream once the communicator is ready (the
-  // first batch to a peer also connects to it).
-  comm_.waitReady(RC_STR("enqueuing transfers with rank ", first), first);
+  // Non-blocking: the batch is on the stream once the communicator is ready (every
+  // peer is connected already: connectAll).
+  comm_.waitReady(lk, RC_STR("enqueuing transfers with rank ", first), first);
 }
 
 void* NcclTransport::allocStaging(size_t bytes) {

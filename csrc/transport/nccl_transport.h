@@ -9,11 +9,15 @@
 // ncclGroupStart ... ncclGroupEnd on the transfer stream; staging buffers are
 // device memory.
 //
+// Connections are made when the transport is created, to every peer at once (one
+// byte each way in one group), so no collective's batch waits for a connection
+// and abort() never waits behind one; the price is NCCL's per-peer buffers for
+// all p - 1 peers, as NCCL's own all-to-all needs.
+//
 // No torch here: the communicator is created by the backend (unique id through
 // the c10d store) and handed over; every NCCL call is made under its lock
 // (transport/nccl_comm.h), and a batch that cannot be enqueued within the
-// communicator's limit (a dead peer during connection set-up) aborts it and throws
-// PeerError.
+// communicator's limit (a dead peer) aborts it and throws PeerError.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -53,11 +57,14 @@ class NcclTransport final : public StreamTransport {
   void enqueueBatch(const std::vector<Post>& batch) override;
   void* allocStaging(size_t bytes) override;
   void freeStaging(void* p) override;
+  // Every peer connected (see above); the bytes land in connectBuf_.
+  void connectAll();
 
   NcclComm& comm_;
   cudaStream_t compute_;
   Allocator allocator_;
   cudaStream_t transfer_ = nullptr;
+  void* connectBuf_ = nullptr;  // 2 * size bytes: what connectAll() sends and receives
 };
 
 }  // namespace ringcoll
