@@ -110,6 +110,7 @@ def test_bad_inputs_raise_on_every_rank(transport):
     ({"RINGCOLL_ASYNC_ERROR_HANDLING": "ignore"},
      ["RINGCOLL_ASYNC_ERROR_HANDLING", "ignore", "teardown, raise"]),
     ({"RINGCOLL_GPU_FINGERPRINT": "2"}, ["RINGCOLL_GPU_FINGERPRINT", "2"]),
+    ({"RINGCOLL_NCCL_BLOCKING": "maybe"}, ["RINGCOLL_NCCL_BLOCKING", "maybe"]),
 ])
 def test_bad_knob_values(overrides, fragments, monkeypatch):
     with pytest.raises(RuntimeError) as err:
@@ -135,13 +136,15 @@ def test_knob_defaults_and_options():
         assert want in desc, desc
     # The CUDA knobs: defaults, and set through Options.
     for want in ("RINGCOLL_GPU_CHUNK_BYTES=33554432", "RINGCOLL_BLOCKING_WAIT=0",
-                 "RINGCOLL_ASYNC_ERROR_HANDLING=teardown", "RINGCOLL_GPU_FINGERPRINT=0"):
+                 "RINGCOLL_ASYNC_ERROR_HANDLING=teardown", "RINGCOLL_GPU_FINGERPRINT=0",
+                 "RINGCOLL_NCCL_BLOCKING=0"):
         assert want in _C.knobs({}), _C.knobs({})
     desc = _C.knobs(ringcoll.Options(gpu_chunk_bytes=1 << 20, blocking_wait=True,
                                      async_error_handling="raise",
-                                     gpu_fingerprint=True).overrides())
+                                     gpu_fingerprint=True, nccl_blocking=True).overrides())
     for want in ("RINGCOLL_GPU_CHUNK_BYTES=1048576", "RINGCOLL_BLOCKING_WAIT=1",
-                 "RINGCOLL_ASYNC_ERROR_HANDLING=raise", "RINGCOLL_GPU_FINGERPRINT=1"):
+                 "RINGCOLL_ASYNC_ERROR_HANDLING=raise", "RINGCOLL_GPU_FINGERPRINT=1",
+                 "RINGCOLL_NCCL_BLOCKING=1"):
         assert want in desc, desc
 
 

@@ -362,6 +362,56 @@ def test_gpu_exchange_and_oneshot_vs_nccl(p):
     assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:40])
 
 
+def gpu_p2p(rank, p):
+    """send/recv and batch_isend_irecv of CUDA tensors (ringcoll's point-to-point
+    stream path: an NCCL communicator of its own, ringcoll's batching), the ring and
+    every-pair patterns of tests/test_stream_p2p.py, exact payloads, and the same
+    bytes as NCCL's point-to-point moves (the CPU emulation runs these in CI)."""
+    from tests.test_p2p import payload
+
+    _set_device(rank)
+    nccl = dist.new_group(backend="nccl")
+    f = []
+    right, left = (rank + 1) % p, (rank - 1) % p
+    for dtype in (torch.float32, torch.int64, torch.bfloat16, torch.uint8):
+        for n in (0, 1, 1000, 1 << 20):
+            mine = payload(rank, right, 1, n, dtype).cuda()
+            got = torch.full((n,), 1, dtype=dtype, device="cuda")
+            got_nccl = torch.zeros_like(got)
+            for g, out in ((None, got), (nccl, got_nccl)):
+                if rank == 0:
+                    dist.send(mine, right, group=g, tag=1)
+                    dist.recv(out, left, group=g, tag=1)
+                else:
+                    dist.recv(out, left, group=g, tag=1)
+                    dist.send(mine, right, group=g, tag=1)
+            if not torch.equal(got.cpu(), payload(left, rank, 1, n, dtype)):
+                f.append(f"ring pass {dtype} n={n}")
+            if not torch.equal(got, got_nccl):
+                f.append(f"ring pass differs from nccl {dtype} n={n}")
+    outs = {q: torch.zeros(33, device="cuda") for q in range(p) if q != rank}
+    ops = [dist.P2POp(dist.irecv, t, q, tag=4) for q, t in outs.items()]
+    ops += [dist.P2POp(dist.isend, payload(rank, q, 4, 33).cuda(), q, tag=4)
+            for q in range(p) if q != rank]
+    reqs = dist.batch_isend_irecv(ops)
+    if len(reqs) != 1:
+        f.append(f"batch_isend_irecv returned {len(reqs)} works, expected 1")
+    for r in reqs:
+        r.wait()
+    for q, t in outs.items():
+        if not torch.equal(t.cpu(), payload(q, rank, 4, 33)):
+            f.append(f"batch all pairs from rank {q}")
+    torch.cuda.synchronize()
+    return f
+
+
+@pytest.mark.parametrize("p", WORLDS)
+def test_gpu_p2p_vs_nccl(p):
+    per_rank = gpu_world(p, gpu_p2p, timeout=600)
+    failures = [f"rank {r}: {x}" for r, fs in enumerate(per_rank) for x in fs]
+    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:40])
+
+
 def gpu_avg(rank, p):
     """AVG on floats: ringcoll sums (exactly: integers in [0, 32), so every partial
     sum of up to 8 ranks is below 256, exact even in bfloat16) then divides once, so

@@ -7,15 +7,35 @@
 // counterpart on the ranks it does not involve, and the collectives' sequence
 // numbers must agree on every rank): "ringcoll::recv #3 (rank 0 of 2)" is this
 // rank's third point-to-point call.
+//
+// CUDA tensors (and CPU tensors under RINGCOLL_TRANSPORT=stream, the emulation CI
+// runs) go over a stream path of their own (stream_path.h) with NCCL's semantics
+// instead of the engine's: a send or recv is one job of one step, its transfers
+// enqueued as one batch (one NCCL group) on the path's streams; a
+// batch_isend_irecv (the calls between startCoalescing and endCoalescing) is one
+// job, so that sends and receives that need each other run together. Messages
+// between two ranks pair in call order, as NCCL's do: a tag does not reorder them.
+// With the fingerprint on (the emulation's default; RINGCOLL_GPU_FINGERPRINT on
+// CUDA) each pair of ranks exchanges a header per job, compared on the device, so
+// calls that disagree (sizes, tags, a send matched by a send, one side batching
+// differently) raise "ranks disagree about point-to-point call #k" naming both
+// instead of pairing wrong bytes. There is no receive from any source (NCCL has
+// none) and no message to oneself.
 #include <Python.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "backend/api_helpers.h"
 #include "backend/backend.h"
 #include "backend/checks.h"
 #include "backend/work.h"
+#ifdef RINGCOLL_WITH_CUDA
+#include "backend/cuda_device.h"
+#endif
 
 namespace ringcoll {
 
@@ -107,7 +127,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::postPointToPoint(
     const char* op, c10d::OpType type, std::vector<at::Tensor>& tensors, int peer, int tag) {
   const bool isSend = type == c10d::OpType::SEND;
   at::Tensor t = checks::single(op, tensors, "tensor");
-  checks::cpuOnly(op, t, "tensor");
+  const bool onStream = t.is_cuda() || knobs_.transport == "stream";
+  if (!onStream) checks::cpuOnly(op, t, "tensor");
   TORCH_CHECK(t.layout() == at::kStrided, "ringcoll::", op, ": tensor has layout ", t.layout(),
               "; only dense tensors can be sent or received");
   if (peer != P2PEngine::kAnySource) {
@@ -121,6 +142,35 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::postPointToPoint(
   // The engine reads or writes contiguous memory: a non-contiguous tensor goes
   // through a copy (back into the tensor once received).
   at::Tensor flat = t.contiguous();
+  if (onStream) {
+    const std::string where =
+        t.is_cuda() ? std::string("CUDA tensors") : std::string("RINGCOLL_TRANSPORT=stream");
+    TORCH_CHECK(peer != P2PEngine::kAnySource, "ringcoll::", op, ": receiving from any source ",
+                "is not supported for ", where, " (NCCL has no such receive): name the source "
+                "rank");
+    TORCH_CHECK(peer != getRank(), "ringcoll::", op, ": ", isSend ? "destination" : "source",
+                " rank ", peer, " is this rank; ", where, " do not send to themselves");
+    StreamMessage m;
+    m.send = isSend;
+    m.peer = peer;
+    m.tag = tag;
+    m.tensor = t;
+    m.flat = flat;
+    {
+      std::lock_guard<std::mutex> lock(coalesceMutex_);
+      if (coalescing_) {
+        // Sent with the rest of the block at endCoalescing; this Work completes
+        // with that job's (torch's batch_isend_irecv waits for that one).
+        auto work = c10::make_intrusive<RingcollWork>(
+            getRank(), type, label, seq, timeout_, std::vector<at::Tensor>{},
+            [] { return std::string("it was waiting for its coalesced batch"); });
+        streamBatch_.push_back(std::move(m));
+        streamBatchWorks_.push_back(work);
+        return work;
+      }
+    }
+    return launchStreamMessages(type, label, seq, {std::move(m)});
+  }
   const std::string whom =
       isSend ? c10::str("it was sending to rank ", peer, " (tag ", tag, ")")
              : c10::str("it was waiting for a message from ",
@@ -159,6 +209,135 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::postPointToPoint(
 }
 
 // ---------------------------------------------------------------------------------
+// Point-to-point on a stream path (see the top of this file).
+
+std::shared_ptr<StreamPath> RingcollBackend::pointToPointPathFor(const at::Tensor& t,
+                                                                 const char* op,
+                                                                 const std::string& label) {
+  std::lock_guard<std::mutex> lock(pathMutex_);
+  throwIfStopped(label);  // stop() took the paths
+  if (!t.is_cuda()) {
+    TORCH_CHECK(p2pStream_, "ringcoll::", op, ": no point-to-point stream path");
+    return p2pStream_;
+  }
+#ifdef RINGCOLL_WITH_CUDA
+  const c10::DeviceIndex index = t.device().index();
+  if (cuda_ || p2pCuda_) {
+    TORCH_CHECK(index == cudaIndex_, "ringcoll::", op, ": tensor is on cuda:",
+                static_cast<int>(index), " but this process group is bound to cuda:",
+                static_cast<int>(cudaIndex_));
+  }
+  if (!p2pCuda_) {
+    // A communicator of its own (its unique id under a prefix of its own), so that
+    // messages between two ranks never pair with a collective's.
+    auto pstore = c10::make_intrusive<c10d::PrefixStore>("ringcoll/p2p", store_);
+    auto device = std::make_shared<CudaDevice>(pstore, getRank(), getSize(), timeout_,
+                                               knobs_.gpuChunkBytes, index, nullptr,
+                                               knobs_.ncclBlocking, /*connectAll=*/false);
+    p2pCuda_ = std::make_shared<StreamPath>(std::move(device), pstore, getRank(), getSize(),
+                                            knobs_, std::vector<int>{},
+                                            knobs_.fingerprint && knobs_.gpuFingerprint);
+    cudaIndex_ = index;
+  }
+  return p2pCuda_;
+#else
+  TORCH_CHECK(false, "ringcoll::", op, ": this ringcoll build has no CUDA support");
+#endif
+}
+
+c10::intrusive_ptr<c10d::Work> RingcollBackend::launchStreamMessages(
+    c10d::OpType type, const std::string& label, uint64_t seq,
+    std::vector<StreamMessage> messages) {
+  const char* op = type == c10d::OpType::SEND ? "send"
+                   : type == c10d::OpType::RECV ? "recv" : "coalesced";
+  const at::Tensor& first = messages.front().tensor;
+  for (const auto& m : messages) {
+    TORCH_CHECK(m.tensor.device() == first.device(), "ringcoll::", op, ": a batch holds ",
+                "tensors on ", first.device(), " and on ", m.tensor.device(),
+                "; one batch runs on one device");
+  }
+  std::shared_ptr<StreamPath> path = pointToPointPathFor(first, op, label);
+  std::vector<at::Tensor> inputs, outputs;
+  for (const auto& m : messages) {
+    inputs.push_back(m.flat);  // read or written by the device until the end
+    if (!m.send) outputs.push_back(m.tensor);
+  }
+  std::vector<uint64_t>* pairSeq = &pairSeq_[first.is_cuda() ? 1 : 0];
+  const int me = getRank();
+  const int p = getSize();
+  Body body = [messages, pairSeq, me, p](algo::Executor&) {
+    Staged staged;
+    algo::Job& job = staged.job;
+    job.schedule.name = "p2p";
+    job.dtype = DType::kUInt8;
+    // One step: every message is one transfer of its bytes, in a region of its own
+    // (the offsets are only names for the regions).
+    algo::Step step;
+    size_t offset = 0;
+    for (const auto& m : messages) {
+      const size_t bytes = bytesOf(m.flat);
+      if (bytes == 0) continue;
+      step.transfers.push_back({m.send ? algo::Kind::kSend : algo::Kind::kRecvCopy, m.peer,
+                                algo::Range{offset, offset + bytes}});
+      job.regions.push_back({offset, offset + bytes, m.flat.data_ptr()});
+      offset += bytes;
+    }
+    if (!step.transfers.empty()) job.schedule.steps.push_back(std::move(step));
+    job.n = offset;
+    // Each pair of ranks makes a call of its own: the header to peer q describes
+    // the messages between this rank and q only, both ways, so that q computes the
+    // same bytes from its side. Its peers also get a header when no byte moves.
+    job.peerFingerprints.assign(static_cast<size_t>(p), algo::Fingerprint{});
+    for (const auto& m : messages) {
+      if (std::find(job.neighbours.begin(), job.neighbours.end(), m.peer) != job.neighbours.end()) {
+        continue;
+      }
+      job.neighbours.push_back(m.peer);
+      const int q = m.peer;
+      algo::Fingerprint& fp = job.peerFingerprints[q];
+      fp.method = algo::Method::kPointToPoint;
+      fp.pairwise = 1;
+      fp.rank = me;
+      fp.seq = ++(*pairSeq)[q];
+      fp.setAlgorithm("p2p");
+      // Both directions, the lower rank's sends first: the same list on both sides.
+      algo::LayoutDigest digest;
+      for (const bool fromLower : {true, false}) {
+        digest.add(fromLower ? 0x10 : 0x20);
+        for (const auto& n : messages) {
+          if (n.peer != q || n.send != (fromLower == (me < q))) continue;
+          digest.add(bytesOf(n.flat));
+          digest.add(static_cast<uint64_t>(static_cast<int64_t>(n.tag)));
+        }
+      }
+      fp.layout = digest.value();
+      for (const auto& n : messages) {
+        if (n.peer != q) continue;
+        (n.send ? fp.count : fp.countBack) += bytesOf(n.flat);
+      }
+    }
+    // A non-contiguous receiving tensor gets its bytes once they arrived, on the
+    // compute stream after the job.
+    std::vector<std::pair<at::Tensor, at::Tensor>> copies;
+    for (const auto& m : messages) {
+      if (!m.send && !m.flat.is_same(m.tensor)) copies.emplace_back(m.tensor, m.flat);
+    }
+    if (!copies.empty()) {
+      staged.finish = [copies]() mutable {
+        for (auto& [t, flat] : copies) t.copy_(flat);
+      };
+    }
+    return staged;
+  };
+  algo::Fingerprint fp;  // the job's headers are its peerFingerprints
+  fp.method = algo::Method::kPointToPoint;
+  fp.seq = seq;
+  fp.rank = me;
+  return path->launch(type, traceTag(op, seq), label, seq, fp, timeout_, inputs,
+                      std::move(outputs), body);
+}
+
+// ---------------------------------------------------------------------------------
 // Coalescing. torch's batch_isend_irecv, on a backend that supports coalescing,
 // calls startCoalescing, the sends and receives, then endCoalescing, and waits for
 // the one Work that returns. Every call in between (point-to-point or collective)
@@ -176,18 +355,46 @@ void RingcollBackend::startCoalescing() {
                             "since the last startCoalescing)");
   coalescing_ = true;
   coalesced_.clear();
+  streamBatch_.clear();
+  streamBatchWorks_.clear();
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::endCoalescing() {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<StreamMessage> batch;
+  std::vector<c10::intrusive_ptr<RingcollWork>> batchWorks;
   {
     std::lock_guard<std::mutex> lock(coalesceMutex_);
     TORCH_CHECK(coalescing_, "ringcoll::endCoalescing: called without startCoalescing");
     coalescing_ = false;
     works.swap(coalesced_);
+    batch.swap(streamBatch_);
+    batchWorks.swap(streamBatchWorks_);
   }
   const uint64_t seq = ++p2pSeq_;
   const std::string label = RingcollWork::label("coalesced", seq, getRank(), getSize());
+  if (!batch.empty()) {
+    c10::intrusive_ptr<c10d::Work> job;
+    try {
+      job = launchStreamMessages(c10d::OpType::COALESCED, label, seq, std::move(batch));
+    } catch (...) {
+      for (auto& w : batchWorks) w->finishWithError(std::current_exception());
+      throw;
+    }
+    job->getFuture()->addCallback([batchWorks](c10::ivalue::Future& f) {
+      for (auto& w : batchWorks) {
+        if (f.hasError()) {
+          w->finishWithError(f.exception_ptr());
+        } else {
+          w->finish();
+        }
+      }
+    });
+    // The job's own Work, when it is all there is: on CUDA its wait() orders the
+    // caller's stream after the transfers, which a Work made of futures cannot.
+    if (works.empty()) return job;
+    works.push_back(job);
+  }
   const size_t count = works.size();
   auto all = c10::make_intrusive<RingcollWork>(
       getRank(), c10d::OpType::COALESCED, label, seq, timeout_, std::vector<at::Tensor>{},

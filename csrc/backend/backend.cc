@@ -133,7 +133,24 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
     device->executor().setTracer(tracer_.get());
     streamPath_ = std::make_shared<StreamPath>(std::move(device), store_, rank, size, knobs_,
                                                ringNeighbours_, knobs_.fingerprint);
+    // Point-to-point's emulated stream path, over a host transport of its own.
+    try {
+      auto pstore = c10::make_intrusive<c10d::PrefixStore>("ringcoll/user-p2p-stream", store_);
+      StoreRendezvous srv(pstore);
+      p2pStreamHost_ = makeCpuTransport(topo, knobs_.transport, srv,
+                                        makeGlooPort(p2p_, kStreamPointToPointTag), rank, size,
+                                        knobs_.chunkBytes, kPointToPointLaneWait);
+      auto pdevice = std::make_shared<CpuStreamDevice>(*p2pStreamHost_, knobs_.chunkBytes,
+                                                       knobs_.streamDelayUs, 0);
+      p2pStream_ = std::make_shared<StreamPath>(std::move(pdevice), pstore, rank, size, knobs_,
+                                                std::vector<int>{}, knobs_.fingerprint);
+    } catch (const std::runtime_error& e) {
+      C10_THROW_ERROR(DistBackendError,
+                      c10::str("ringcoll: setting up the point-to-point stream path: ", e.what()));
+    }
   }
+  pairSeq_[0].assign(static_cast<size_t>(size), 0);
+  pairSeq_[1].assign(static_cast<size_t>(size), 0);
   worker_ = std::make_unique<Worker>();
   if (knobs_.debug) {
     std::string links;
@@ -161,13 +178,15 @@ void RingcollBackend::stop(Stop how) {
       pointToPoint_->stop(how == Stop::kAbort ? P2PEngine::Stop::kAbort
                                               : P2PEngine::Stop::kShutdown);
     }
-    std::shared_ptr<StreamPath> cuda, stream;
+    std::shared_ptr<StreamPath> cuda, stream, p2pCuda, p2pStream;
     {
       std::lock_guard<std::mutex> lock(pathMutex_);
       cuda = std::move(cuda_);
       stream = std::move(streamPath_);
+      p2pCuda = std::move(p2pCuda_);
+      p2pStream = std::move(p2pStream_);
     }
-    for (auto* path : {&cuda, &stream}) {
+    for (auto* path : {&cuda, &stream, &p2pCuda, &p2pStream}) {
       if (*path && how == Stop::kAbort) (*path)->abort("the process group was aborted (abort())");
     }
     // No CPU launch runs past this point (cpuMutex_); later ones see stop_.
@@ -177,6 +196,9 @@ void RingcollBackend::stop(Stop how) {
     // host transport they may ride on.
     cuda.reset();
     stream.reset();
+    p2pCuda.reset();
+    p2pStream.reset();
+    p2pStreamHost_.reset();
     // Nothing runs on them any more: unmap the shared memory, close the lanes.
     executor_.reset();
     transport_.reset();
@@ -330,7 +352,7 @@ std::shared_ptr<StreamPath> RingcollBackend::streamPathFor(const at::Tensor& fir
   if (!cuda_) {
     auto device = std::make_shared<CudaDevice>(store_, getRank(), getSize(), timeout_,
                                                knobs_.gpuChunkBytes, index, tracer_.get(),
-                                               knobs_.ncclBlocking);
+                                               knobs_.ncclBlocking, /*connectAll=*/true);
     cuda_ = std::make_shared<StreamPath>(std::move(device), store_, getRank(), getSize(), knobs_,
                                          ringNeighbours_,
                                          knobs_.fingerprint && knobs_.gpuFingerprint);

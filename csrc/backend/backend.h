@@ -30,6 +30,9 @@
 // with transports of their own, built like the collectives' (shared memory within
 // a host, gloo between hosts): user messages never interleave with a collective's
 // pairing, and a failed send or recv does not make the collectives unusable.
+// Point-to-point of CUDA tensors (and of CPU tensors under RINGCOLL_TRANSPORT=
+// stream, its emulation) runs on a stream path of its own instead, with NCCL's
+// semantics (api_p2p.cc).
 //
 // abort() fails the collectives (and point-to-point requests) in flight and queued
 // at once; shutdown() (called by destroy_process_group) lets them finish while they
@@ -53,6 +56,7 @@
 
 #include "backend/stream_path.h"
 #include "backend/trace_writer.h"
+#include "backend/work.h"
 #include "common/knobs.h"
 #include "engine/call.h"
 #include "engine/collectives.h"
@@ -182,6 +186,7 @@ class RingcollBackend final : public c10d::Backend {
   // point-to-point's (user tags travel inside its headers, so any tag is the user's).
   static constexpr int kInternalTag = 0x52430000;
   static constexpr int kPointToPointTag = kInternalTag + 1;
+  static constexpr int kStreamPointToPointTag = kInternalTag + 2;  // the emulation's
 
  private:
   struct CpuTask;
@@ -248,6 +253,21 @@ class RingcollBackend final : public c10d::Backend {
                                                   int peer, int tag);
   // Between startCoalescing and endCoalescing: `work` joins the coalesced Work.
   void noteCoalesced(const c10::intrusive_ptr<c10d::Work>& work);
+  // Point-to-point on a stream path (api_p2p.cc): one message of a send or recv.
+  struct StreamMessage {
+    bool send = false;
+    int peer = -1;
+    int tag = 0;
+    at::Tensor tensor;  // the user's
+    at::Tensor flat;    // contiguous: the tensor, or a copy (copied back once received)
+  };
+  // The messages as one job (one NCCL group) on the stream path of their device.
+  c10::intrusive_ptr<c10d::Work> launchStreamMessages(c10d::OpType type,
+                                                      const std::string& label, uint64_t seq,
+                                                      std::vector<StreamMessage> messages);
+  // The point-to-point stream path for `t`'s device, created if needed.
+  std::shared_ptr<StreamPath> pointToPointPathFor(const at::Tensor& t, const char* op,
+                                                  const std::string& label);
 
   const c10::intrusive_ptr<c10d::Store> store_;
   const Knobs knobs_;
@@ -270,6 +290,10 @@ class RingcollBackend final : public c10d::Backend {
   std::mutex coalesceMutex_;
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
+  // Stream point-to-point messages of the open coalescing block, sent as one job at
+  // endCoalescing, and the Works their calls returned (completed with it).
+  std::vector<StreamMessage> streamBatch_;
+  std::vector<c10::intrusive_ptr<RingcollWork>> streamBatchWorks_;
   CpuReducer reducer_;
   std::shared_ptr<algo::Executor> executor_;
   at::Tensor workspace_;  // bytes, CPU; see workspace()
@@ -285,6 +309,16 @@ class RingcollBackend final : public c10d::Backend {
   std::shared_ptr<StreamPath> cuda_;
   c10::DeviceIndex cudaIndex_ = -1;
   std::shared_ptr<StreamPath> streamPath_;
+  // Point-to-point's stream paths: CUDA tensors' (an NCCL communicator of its own,
+  // created by the first CUDA send/recv, which every rank of the group must make),
+  // and the emulation's (RINGCOLL_TRANSPORT=stream, over a host transport of its
+  // own). pairSeq: per path (0: emulation, 1: CUDA) and peer, the calls between
+  // this rank and that peer, the number in their fingerprint; touched only by the
+  // launching body (one launch at a time per path).
+  std::shared_ptr<StreamPath> p2pCuda_;
+  std::shared_ptr<StreamPath> p2pStream_;
+  std::unique_ptr<RoutedTransport> p2pStreamHost_;
+  std::vector<uint64_t> pairSeq_[2];
   // The stream path for `first`'s device, created if needed; throws if stopped.
   std::shared_ptr<StreamPath> streamPathFor(const at::Tensor& first, const char* op,
                                             const std::string& label);

@@ -24,7 +24,9 @@ struct CpuStreamDevice::End : StreamDevice::Event {
 CpuStreamDevice::CpuStreamDevice(Transport& host, size_t chunkBytes, uint32_t maxDelayUs,
                                  size_t failAfter)
     : compute_("compute", maxDelayUs) {
-  reducer_ = std::make_unique<StreamReducer>(compute_, static_cast<size_t>(host.size()) + 1);
+  // Header slots (engine/executor_waves.cc): this rank's, one per peer received, one
+  // per peer sent when a job's headers differ per peer.
+  reducer_ = std::make_unique<StreamReducer>(compute_, 2 * static_cast<size_t>(host.size()) + 1);
   transport_ = std::make_unique<CpuStreamTransport>(host, compute_, chunkBytes, maxDelayUs,
                                                     failAfter);
   executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, chunkBytes);

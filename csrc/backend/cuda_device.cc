@@ -40,7 +40,8 @@ struct CudaDevice::Event : StreamDevice::Event {
 
 CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, size_t chunkBytes,
-                       c10::DeviceIndex device, algo::Tracer* tracer, bool ncclBlocking)
+                       c10::DeviceIndex device, algo::Tracer* tracer, bool ncclBlocking,
+                       bool connectAll)
     : device_(device), stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {
   c10::cuda::CUDAGuard guard(device_);
   const ncclUniqueId id = exchangeUniqueId(store, rank);
@@ -57,12 +58,14 @@ CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
     // Every rank's init returned, so every rank read the id.
     if (rank == 0) store->deleteKey(kUniqueIdKey);
     transport_ = std::make_unique<NcclTransport>(*comm_, rank, size, comm, chunkBytes,
-                                                 std::move(alloc));
+                                                 std::move(alloc), connectAll);
   } catch (const PeerError& e) {
     C10_THROW_ERROR(DistBackendError, c10::str("ringcoll (cuda:", static_cast<int>(device_),
                                                "): ", e.what()));
   }
-  reducer_ = std::make_unique<CudaReducer>(stream_.stream(), static_cast<size_t>(size) + 1);
+  // Header slots (engine/executor_waves.cc): this rank's, one per peer received, one
+  // per peer sent when a job's headers differ per peer.
+  reducer_ = std::make_unique<CudaReducer>(stream_.stream(), 2 * static_cast<size_t>(size) + 1);
   executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, chunkBytes);
   executor_->setTracer(tracer);
 }

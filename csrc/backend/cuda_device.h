@@ -30,9 +30,12 @@ class CudaDevice final : public StreamDevice {
   // `tracer`: RINGCOLL_TRACE's (null when off); it records host times only.
   // Creating the communicator and connecting every peer wait at most `timeout` for
   // the other ranks (unless `ncclBlocking`: RINGCOLL_NCCL_BLOCKING, common/knobs.h).
+  // `connectAll`: every peer at creation (collectives), else at first use
+  // (point-to-point); transport/nccl_transport.h. `store`: the unique id goes
+  // through it (a prefix of its own for each communicator).
   CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
              std::chrono::milliseconds timeout, size_t chunkBytes, c10::DeviceIndex device,
-             algo::Tracer* tracer, bool ncclBlocking);
+             algo::Tracer* tracer, bool ncclBlocking, bool connectAll);
   ~CudaDevice() override;
 
   c10::Device device() const override { return c10::Device(c10::kCUDA, device_); }

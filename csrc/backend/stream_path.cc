@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "backend/work.h"
 #include "common/errors.h"
@@ -224,10 +225,13 @@ StreamPath::~StreamPath() {
 }
 
 void StreamPath::failEach(const std::string& why) {
-  const int prev = neighbours_.empty() ? rank_ : neighbours_.front();
-  const int next = neighbours_.empty() ? rank_ : neighbours_.back();
+  // A path without ring neighbours (point-to-point's) names no ranks: each Work
+  // says in its label whom it was for.
   const std::string waited =
-      c10::str(" while it waited for rank ", prev, " (receive) / rank ", next, " (send)");
+      neighbours_.empty()
+          ? std::string(" while it waited for its peers")
+          : c10::str(" while it waited for rank ", neighbours_.front(), " (receive) / rank ",
+                     neighbours_.back(), " (send)");
   try {
     retireFinished();
   } catch (const std::exception&) {
@@ -271,7 +275,9 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
         staged->job.checked = true;
         staged->job.fingerprint = fp;
         staged->job.fingerprint.setAlgorithm(staged->job.schedule.name);
-        staged->job.neighbours = neighbours_;
+        // Besides the job's own (a point-to-point job names its peers).
+        staged->job.neighbours.insert(staged->job.neighbours.end(), neighbours_.begin(),
+                                      neighbours_.end());
       }
       work->keepUntilEnd(inputs, staged->job.owned);
       device_->executor().run(std::move(staged->job), timeout);
@@ -312,6 +318,9 @@ std::string StreamPath::mismatchText() {
   device_->reducer().mismatchBytes(want, got);
   std::memcpy(&mine, want, sizeof(mine));
   mine.rank = rank_;  // not in the device's bytes (engine/fingerprint.h's canonical)
+  // The device holds what this rank expected from the peer (expectedFrom): a
+  // pairwise header has its two counts the other way round from this rank's call.
+  if (mine.pairwise) std::swap(mine.count, mine.countBack);
   std::string text = algo::mismatch(mine, got, peer);
   if (text.empty()) text = c10::str("rank ", peer, "'s header differed");
   return text;

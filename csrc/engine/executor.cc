@@ -62,8 +62,15 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
     };
     for (const auto& c : plan_.channels) add(c.peer);
     for (int peer : job_.neighbours) add(peer);
-    devHeader_ = canonical(job_.fingerprint);
-    devWant_ = expectedFrom(job_.fingerprint);
+    const bool perPeer = !job_.peerFingerprints.empty();
+    RC_ASSERT(!perPeer || job_.peerFingerprints.size() == static_cast<size_t>(transport_.size()),
+              "per-peer fingerprints for ", job_.peerFingerprints.size(),
+              " ranks in a group of ", transport_.size());
+    for (int peer : devPeers_) {
+      const Fingerprint& fp = perPeer ? job_.peerFingerprints[peer] : job_.fingerprint;
+      devHeaders_.push_back(canonical(fp));
+      devWants_.push_back(expectedFrom(fp));
+    }
   }
   for (const PlanOp& op : plan_.ops) {
     if (job_.regions.empty() || op.count == 0) continue;

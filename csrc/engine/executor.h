@@ -84,7 +84,7 @@ struct Job {
   // go in the first wave's batch, and the reducer compares them on the device
   // (Reducer::checkHeader) in stream order before any received payload is
   // consumed; a mismatch stops every later kernel of the reducer, and the backend
-  // reports it (backend/cuda_path.h). There the prologue runs before the check
+  // reports it (backend/stream_path.h). There the prologue runs before the check
   // (the first wave may send what it writes).
   bool checked = false;
   Fingerprint fingerprint;
@@ -93,6 +93,11 @@ struct Job {
   // from each rank (p entries each), which the header to each peer carries in
   // place of one count for all (Fingerprint::pairwise). Empty otherwise.
   std::vector<uint64_t> sendCounts, recvCounts;
+  // Stream-ordered transports: when not empty (p entries), the header this rank
+  // sends to peer q, and the one it expects from q, is peerFingerprints[q]'s
+  // instead of `fingerprint`'s: a batch of point-to-point messages, in which each
+  // pair of ranks makes a call of its own (backend/api_p2p.cc).
+  std::vector<Fingerprint> peerFingerprints;
   // Local work on buf that must wait for the fingerprint (PREMUL_SUM's scaling,
   // placing this rank's block): run once every header matched (at once when
   // unchecked), before any payload is sent. May be empty.
@@ -193,8 +198,9 @@ class Execution {
   bool devChecked_ = false;           // ... and their check is enqueued
   // The bytes sent to the peers and expected from them on the device
   // (engine/fingerprint.h's one rule: canonical and expectedFrom).
-  Fingerprint devHeader_;
-  Fingerprint devWant_;
+  // devHeaders_[i] and devWants_[i] are devPeers_[i]'s.
+  std::vector<Fingerprint> devHeaders_;
+  std::vector<Fingerprint> devWants_;
   bool prologueDone_;                 // job_.prologue ran (or there is none)
   size_t elemSize_;
   bool streaming_;  // the buffer is larger than the reducer's streamingBytes()

@@ -22,9 +22,15 @@ bool Execution::progressWaves() {
   // peer and theirs in, ahead of the first wave's transfers and in its batch (a
   // batch of their own when there is no wave).
   if (!devPosted_ && !devPeers_.empty()) {
-    void* mine = reducer_.headerSlot(0);
-    reducer_.writeHeader(mine, &devHeader_, sizeof(Fingerprint));
-    for (int peer : devPeers_) {
+    // Slot 0 holds the one header of a call that sends every peer the same; slot
+    // 1 + p + q the header for peer q when they differ (Job::peerFingerprints).
+    const bool perPeer = !job_.peerFingerprints.empty();
+    const size_t p = static_cast<size_t>(transport_.size());
+    if (!perPeer) reducer_.writeHeader(reducer_.headerSlot(0), &devHeaders_[0], sizeof(Fingerprint));
+    for (size_t i = 0; i < devPeers_.size(); ++i) {
+      const int peer = devPeers_[i];
+      void* mine = reducer_.headerSlot(perPeer ? 1 + p + static_cast<size_t>(peer) : 0);
+      if (perPeer) reducer_.writeHeader(mine, &devHeaders_[i], sizeof(Fingerprint));
       const bool posted =
           transport_.trySend(peer, mine, sizeof(Fingerprint)) &&
           transport_.tryPostRecv(peer, reducer_.headerSlot(1 + static_cast<size_t>(peer)),
@@ -38,10 +44,11 @@ bool Execution::progressWaves() {
   }
   // Compared before any payload received with them is consumed.
   if (devPosted_ && !devChecked_ && (waves.empty() || waveConsumed_ < wavePosted_)) {
-    for (int peer : devPeers_) {
+    for (size_t i = 0; i < devPeers_.size(); ++i) {
+      const int peer = devPeers_[i];
       const void* view = transport_.recvView(peer);
       RC_ASSERT(view != nullptr, "no view of a posted header receive from rank ", peer);
-      reducer_.checkHeader(view, &devWant_, sizeof(Fingerprint), peer);
+      reducer_.checkHeader(view, &devWants_[i], sizeof(Fingerprint), peer);
       transport_.releaseRecv(peer);
     }
     devChecked_ = true;

@@ -32,6 +32,7 @@ const char* methodName(Method m) {
     case Method::kAllgatherCoalesced: return "allgather_coalesced";
     case Method::kAllgatherIntoTensorCoalesced: return "allgather_into_tensor_coalesced";
     case Method::kReduceScatterTensorCoalesced: return "reduce_scatter_tensor_coalesced";
+    case Method::kPointToPoint: return "send/recv";
   }
   return "?";
 }
@@ -58,8 +59,14 @@ bool sameCall(const Fingerprint& mine, const Fingerprint& theirs) {
 std::string describe(const Fingerprint& fp, int to) {
   std::string args;
   auto add = [&args](const std::string& s) { args += (args.empty() ? "" : ", ") + s; };
-  auto elements = [](uint64_t n) { return RC_STR(n, n == 1 ? " element" : " elements"); };
-  if (fp.hasDtype) {
+  const bool p2p = fp.method == Method::kPointToPoint;
+  auto elements = [p2p](uint64_t n) {
+    return RC_STR(n, p2p ? (n == 1 ? " byte" : " bytes") : (n == 1 ? " element" : " elements"));
+  };
+  if (p2p) {
+    add(RC_STR(elements(fp.count), " to rank ", to));
+    add(RC_STR(fp.countBack, " from it"));
+  } else if (fp.hasDtype) {
     add(dtypeName(fp.dtype));
     if (fp.pairwise) {
       add(RC_STR(elements(fp.count), " to rank ", to));
@@ -78,7 +85,7 @@ std::string describe(const Fingerprint& fp, int to) {
   if (fp.layout != 0) {
     char hex[9];
     std::snprintf(hex, sizeof(hex), "%08x", fp.layout);
-    add(RC_STR("tensor list #", hex));
+    add(RC_STR(p2p ? "messages and tags #" : "tensor list #", hex));
   }
   const std::string algo(fp.algorithm, strnlen(fp.algorithm, sizeof(fp.algorithm)));
   if (!algo.empty()) add(algo);
@@ -86,11 +93,17 @@ std::string describe(const Fingerprint& fp, int to) {
                 fp.seq);
 }
 
+namespace {
+const char* callNoun(const Fingerprint& fp) {
+  return fp.method == Method::kPointToPoint ? "point-to-point call" : "collective";
+}
+}  // namespace
+
 std::string mismatch(const Fingerprint& mine, const void* received, int peer) {
   Fingerprint theirs;
   std::memcpy(&theirs, received, sizeof(theirs));
   if (theirs.magic != Fingerprint::kMagic || theirs.version != Fingerprint::kVersion) {
-    return RC_STR("ranks disagree about collective #", mine.seq, ": ", describe(mine),
+    return RC_STR("ranks disagree about ", callNoun(mine), " #", mine.seq, ": ", describe(mine),
                   "; rank ", peer, " sent a message that is not a collective's header "
                   "(it is in another collective, or another version of ringcoll)");
   }
@@ -98,7 +111,7 @@ std::string mismatch(const Fingerprint& mine, const void* received, int peer) {
   theirs.rank = peer;  // the transport's word, not the message's
   const std::string me = describe(mine, peer), them = describe(theirs, mine.rank);
   const bool first = mine.rank < peer;
-  return RC_STR("ranks disagree about collective #", std::min(mine.seq, theirs.seq), ": ",
+  return RC_STR("ranks disagree about ", callNoun(mine), " #", std::min(mine.seq, theirs.seq), ": ",
                 first ? me : them, "; ", first ? them : me);
 }
 

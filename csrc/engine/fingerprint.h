@@ -52,6 +52,10 @@ enum class Method : uint8_t {
   kAllgatherCoalesced,            // all_gather_coalesced (a list of outputs per rank)
   kAllgatherIntoTensorCoalesced,  // all_gather_into_tensor under _coalescing_manager
   kReduceScatterTensorCoalesced,  // reduce_scatter_tensor under _coalescing_manager
+  // A stream path's send/recv/batch_isend_irecv between two ranks (pairwise: bytes
+  // each way; `layout`: the digest of both directions' messages, sizes and tags;
+  // `seq`: the pair's call number).
+  kPointToPoint,
 };
 
 // How the call reduces: not at all, by an element op (Fingerprint::op), or by AVG

@@ -49,7 +49,8 @@ cudaError_t launchMultiply(void* buf, size_t count, DType dtype, double factor,
 class CudaReducer final : public StreamOrderedReducer {
  public:
   // `headerSlots`: 64-byte device buffers for fingerprint headers: slot 0 for this
-  // rank's, 1 + r for rank r's (the group size + 1).
+  // rank's, 1 + r for rank r's, 1 + p + r for this rank's to rank r when a job's
+  // headers differ per peer (2p + 1 in all).
   CudaReducer(cudaStream_t stream, size_t headerSlots);
   ~CudaReducer() override;
   CudaReducer(const CudaReducer&) = delete;

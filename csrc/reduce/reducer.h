@@ -42,7 +42,8 @@ class Reducer {
 
   // The fingerprint check on a device (stream-ordered transports; the CPU path
   // compares headers on the host, engine/executor.h). headerSlot: a 64-byte buffer
-  // in device memory (slot 0 is this rank's header, the others receive); write-
+  // in device memory (slot 0 is this rank's header, 1 + r receives rank r's,
+  // 1 + p + r is this rank's to rank r when they differ per peer); write-
   // Header: bytes (host memory, copied at the call) to a slot, in stream order;
   // checkHeader: in stream order, compare a received header with `want` (host
   // memory, copied at the call) and, when they differ, stop every later kernel and

@@ -14,13 +14,13 @@ struct NcclTransport::Event : StreamTransport::Marker {
 };
 
 NcclTransport::NcclTransport(NcclComm& comm, int rank, int size, cudaStream_t compute,
-                             size_t slotBytes, Allocator allocator)
+                             size_t slotBytes, Allocator allocator, bool connectAll)
     : StreamTransport(rank, size, slotBytes),
       comm_(comm),
       compute_(compute),
       allocator_(std::move(allocator)) {
   RC_CUDA_CHECK(cudaStreamCreateWithFlags(&transfer_, cudaStreamNonBlocking));
-  connectAll();
+  if (connectAll) this->connectAll();
 }
 
 void NcclTransport::connectAll() {
@@ -96,8 +96,8 @@ void NcclTransport::enqueueBatch(const std::vector<Post>& batch) {
     throw;
   }
   RC_NCCL_CHECK(ncclGroupEnd(), first);
-  // Non-blocking: the batch is on the stream once the communicator is ready (every
-  // peer is connected already: connectAll).
+  // Non-blocking: the batch is on the stream once the communicator is ready (after
+  // connecting to a peer not connected yet: see connectAll).
   comm_.waitReady(lk, RC_STR("enqueuing transfers with rank ", first), first);
 }
 

@@ -9,10 +9,12 @@
 // ncclGroupStart ... ncclGroupEnd on the transfer stream; staging buffers are
 // device memory.
 //
-// Connections are made when the transport is created, to every peer at once (one
-// byte each way in one group), so no collective's batch waits for a connection
-// and abort() never waits behind one; the price is NCCL's per-peer buffers for
-// all p - 1 peers, as NCCL's own all-to-all needs.
+// With `connectAll` (collectives), connections are made when the transport is
+// created, to every peer at once (one byte each way in one group), so no
+// collective's batch waits for a connection; the price is NCCL's per-peer buffers
+// for all p - 1 peers, as NCCL's own all-to-all needs. Without it (point-to-point,
+// whose peers are few), the first batch to a peer connects to it; either way
+// abort() never waits behind a connection (nccl_comm.h's waitReady).
 //
 // No torch here: the communicator is created by the backend (unique id through
 // the c10d store) and handed over; every NCCL call is made under its lock
@@ -41,7 +43,7 @@ class NcclTransport final : public StreamTransport {
     std::function<void(void*)> free;
   };
   NcclTransport(NcclComm& comm, int rank, int size, cudaStream_t compute, size_t slotBytes,
-                Allocator allocator);
+                Allocator allocator, bool connectAll);
   ~NcclTransport() override;
 
   std::string name() const override { return "nccl"; }
