@@ -202,6 +202,12 @@ def gpu_world(p, fn, *args, timeout=600, env=None, together=True, **kwargs):
     return mp.run_world(p, fn, *args, timeout=timeout, env=env, rank_env=rank_env, **kwargs)
 
 
+def _assert_no_failures(per_rank):
+    """Each rank returned its list of failed checks: none may have failed."""
+    failures = [f"rank {r}: {x}" for r, fs in enumerate(per_rank) for x in fs]
+    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:40])
+
+
 def _set_device(rank):
     from ringcoll.gpu import device_for
     torch.cuda.set_device(device_for(rank, torch.cuda.device_count()))
@@ -357,9 +363,7 @@ def gpu_exchange(rank, p):
 
 @pytest.mark.parametrize("p", WORLDS)
 def test_gpu_exchange_and_oneshot_vs_nccl(p):
-    per_rank = gpu_world(p, gpu_exchange, timeout=600)
-    failures = [f"rank {r}: {x}" for r, fs in enumerate(per_rank) for x in fs]
-    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:40])
+    _assert_no_failures(gpu_world(p, gpu_exchange, timeout=600))
 
 
 def gpu_p2p(rank, p):
@@ -407,9 +411,7 @@ def gpu_p2p(rank, p):
 
 @pytest.mark.parametrize("p", WORLDS)
 def test_gpu_p2p_vs_nccl(p):
-    per_rank = gpu_world(p, gpu_p2p, timeout=600)
-    failures = [f"rank {r}: {x}" for r, fs in enumerate(per_rank) for x in fs]
-    assert not failures, f"{len(failures)} failures:\n" + "\n".join(failures[:40])
+    _assert_no_failures(gpu_world(p, gpu_p2p, timeout=600))
 
 
 def gpu_avg(rank, p):

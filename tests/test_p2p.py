@@ -176,13 +176,19 @@ def with_collectives(f, rank, p):
     _check(f, "recv across collectives", t, payload(left, rank, 12, 100))
 
 
-def patterns(rank, p, full):
-    f = []
+def ring_pass_grid(f, rank, p, full):
+    """ring_pass in every dtype at counts 0, 1, 1000 and 16 MiB (sampled: fewer
+    dtypes, no 16 MiB)."""
     for dtype in DTYPES if full else SAMPLED_DTYPES:
         for n in (0, 1, 1000) if full else (0, 1000):
             ring_pass(f, rank, p, dtype, n)
     if full:
         ring_pass(f, rank, p, torch.float32, LARGE)
+
+
+def patterns(rank, p, full):
+    f = []
+    ring_pass_grid(f, rank, p, full)
     all_pairs(f, rank, p, 33)
     tags_interleaved(f, rank, p)
     any_source(f, rank, p)

@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from tests import mp
-from tests.test_p2p import DTYPES, LARGE, SAMPLED_DTYPES, _check, batch_ring, payload, ring_pass
+from tests.test_p2p import _check, batch_ring, payload, ring_pass_grid
 
 DELAY_US = {"RINGCOLL_STREAM_DELAY_US": "200"}
 
@@ -76,11 +76,7 @@ def beside_collectives(f, rank, p):
 
 def stream_patterns(rank, p, full):
     f = []
-    for dtype in DTYPES if full else SAMPLED_DTYPES:
-        for n in (0, 1, 1000) if full else (0, 1000):
-            ring_pass(f, rank, p, dtype, n)
-    if full:
-        ring_pass(f, rank, p, torch.float32, LARGE)
+    ring_pass_grid(f, rank, p, full)
     batch_ring(f, rank, p)
     strided_batched(f, rank, p)
     both_ways_and_empty(f, rank, p)
