@@ -105,11 +105,28 @@ def _extension():
         extra_link_args=[f"-L{nccl_lib}", "-l:libnccl.so.2", f"-Wl,-rpath,{nccl_lib}"])
 
 
+def _record_torch_version():
+    """ringcoll/_built_for.py: the torch this build compiles against, so that an
+    import under another torch says so instead of failing on an undefined symbol."""
+    with open(os.path.join(HERE, "ringcoll", "_built_for.py"), "w") as f:
+        f.write("# Written by setup.py at build time.\n"
+                f"TORCH_VERSION = {torch.__version__!r}\n")
+
+
+_record_torch_version()
+
 setup(
     name="ringcoll",
     version="0.1.0",
     description="Readable ring collectives as a torch.distributed backend",
     packages=find_packages(include=["ringcoll", "ringcoll.*"]),
+    # Outside the package: torch loads it even where the package cannot load.
+    py_modules=["ringcoll_autoload"],
+    # torch registers the backend by itself (ringcoll_autoload.py says how).
+    entry_points={
+        "torch.backends": ["ringcoll = ringcoll_autoload:at_torch_import"],
+        "torch.distributed.backends": ["ringcoll = ringcoll_autoload:register"],
+    },
     ext_modules=[_extension()],
     cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.9",

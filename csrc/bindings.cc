@@ -55,17 +55,13 @@ c10::intrusive_ptr<c10d::Backend> createBackend(
   return c10::make_intrusive<RingcollBackend>(store, rank, size, timeout, p2p, knobs, group);
 }
 
-// The collectives with schedules, by the names ringcoll.check uses (reduce_scatter
-// or reducescatter).
-ringcoll::algo::Collective collectiveNamed(const std::string& name) {
-  using ringcoll::algo::Collective;
-  if (name == "reduce_scatter") return Collective::kReduceScatter;
-  for (Collective c : ringcoll::algo::kCollectives) {
-    if (c != Collective::kBarrier && name == ringcoll::algo::collectiveName(c)) return c;
-  }
-  TORCH_CHECK(false, "unknown collective ", name,
-              " (allreduce, reduce_scatter, allgather, broadcast, reduce, gather, scatter, "
-              "alltoall)");
+// A collective by either of its names (schedules/registry.h).
+ringcoll::algo::Collective collectiveNamed(const std::string& name, bool barrier = false) {
+  ringcoll::algo::Collective c;
+  const bool known = ringcoll::algo::collectiveFromName(name, &c) &&
+                     (barrier || c != ringcoll::algo::Collective::kBarrier);
+  TORCH_CHECK(known, "unknown collective ", name, " (", ringcoll::algo::collectiveNames(), ")");
+  return c;
 }
 
 ringcoll::algo::Schedule buildSchedule(const std::string& algoName,
@@ -395,12 +391,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return out;
   }, "The collectives an algorithm provides, by RINGCOLL_ALGO's names.");
   m.def("select", [](const std::string& value, const std::string& collective, size_t bytes) {
-    for (auto c : ringcoll::algo::kCollectives) {
-      if (collective != ringcoll::algo::collectiveName(c)) continue;
-      const auto choice = ringcoll::algo::Selector(value).pick(c, bytes);
-      return std::make_pair(choice.algorithm->name, choice.why);
-    }
-    TORCH_CHECK(false, "unknown collective ", collective);
+    const auto choice =
+        ringcoll::algo::Selector(value).pick(collectiveNamed(collective, true), bytes);
+    return std::make_pair(choice.algorithm->name, choice.why);
   }, py::arg("value"), py::arg("collective"), py::arg("bytes"),
   "(algorithm, reason) RINGCOLL_ALGO=value picks for a collective of `bytes` bytes; "
   "ValueError for a bad value.");

@@ -1,12 +1,13 @@
 """ringcoll: collective algorithms you can read, change and measure, as a
 torch.distributed backend.
 
-    import torch.distributed as dist, ringcoll
+    import torch.distributed as dist
     dist.init_process_group("ringcoll")
 
 Importing this package loads the C++ extension and registers the "ringcoll"
 backend for cpu tensors, and for cuda tensors when the extension was built with
-CUDA (ringcoll.build_info()["cuda"]).
+CUDA (ringcoll.build_info()["cuda"]). A script need not import it: torch does,
+through the entry points of ringcoll_autoload.py, once ringcoll is installed.
 """
 
 from __future__ import annotations
@@ -17,7 +18,20 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without torch
     raise ImportError("ringcoll needs torch; install torch first") from e
 
-from . import _C
+try:
+    from . import _C
+except ImportError as e:
+    # The usual cause: the extension was built against another torch.
+    try:
+        from ._built_for import TORCH_VERSION as _built
+    except ImportError:
+        _built = None
+    if _built is not None and _built != torch.__version__:
+        raise ImportError(
+            f"ringcoll was built for torch {_built}, but torch {torch.__version__} is "
+            "installed: rebuild it (pip install --no-build-isolation -e . in its checkout, "
+            f"or reinstall its wheel) against this torch ({e})") from e
+    raise
 from ._backend import create_backend as _create_backend
 from .options import Options
 

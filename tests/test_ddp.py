@@ -58,3 +58,16 @@ def test_ddp_matches_gloo(world_size, transport):
     for ring, _ in per_rank[1:]:
         for a, b in zip(ring, per_rank[0][0]):
             assert torch.equal(a, b)
+
+
+def test_ddp_under_one_algorithm_name():
+    """RINGCOLL_ALGO=rhd python train.py: rhd has no broadcast, so DDP's parameter
+    broadcast runs the default (ring) while its gradient all-reduces run rhd."""
+    per_rank = mp.run_world(3, ddp_equivalence, transport="shm",
+                            env={"RINGCOLL_ALGO": "rhd"})
+    for rank, (ring, gloo) in enumerate(per_rank):
+        for a, b in zip(ring, gloo):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for ring, _ in per_rank[1:]:
+        for a, b in zip(ring, per_rank[0][0]):
+            assert torch.equal(a, b)

@@ -73,7 +73,8 @@ def test_good_values_pick(value, collective, nbytes, algo, why):
     ("allreduce=rhd:0-1K,auto", ["resolved by ringcoll's Python backend creator"]),
     ("rhd,ring", ["'rhd,ring' is neither one algorithm name nor per-collective entries"]),
     ("allredcue=rhd", ["unknown collective 'allredcue' in 'allredcue=rhd'",
-                       "allreduce, reducescatter, allgather, broadcast, reduce, barrier"]),
+                       "allreduce (all_reduce), reducescatter (reduce_scatter), allgather "
+                       "(all_gather), broadcast, reduce, barrier"]),
     ("allreduce=rhd;allreduce=ring", ["allreduce is named twice"]),
     ("allreduce=rhd;ring", ["entry 'ring'", "a single algorithm name must be the whole value"]),
     ("allreduce=rhd;", ["entry ''"]),
@@ -125,27 +126,41 @@ def test_a_note_becomes_the_reason():
     assert _C.select("rhd#why", "allreduce", 8) == ("rhd", "why; RINGCOLL_ALGO=rhd")
 
 
-def test_one_name_refuses_what_it_lacks_when_called():
-    # One name for everything: applied per collective as it is called, refused where
-    # the algorithm has no such collective (not silently replaced by another).
-    assert _C.select("tree", "broadcast", 8)[0] == "tree"
-    with pytest.raises(ValueError) as err:
-        _C.select("tree", "reducescatter", 8)
-    msg = str(err.value)
-    assert "algorithm 'tree' does not provide reducescatter" in msg, msg
-    assert "tree provides: allreduce, broadcast, reduce, barrier" in msg, msg
-    assert "name algorithms per collective instead" in msg, msg
-    # One name that provides none of ring's collectives: refused for each of them,
-    # while gather, scatter and all-to-all run it.
+def test_one_name_leaves_what_it_lacks_at_default():
+    # One name for everything (RINGCOLL_ALGO=rhd python train.py): it runs the
+    # collectives the algorithm provides, and the others run their default, with
+    # the reason RINGCOLL_DEBUG logs; so DDP's parameter broadcast works under rhd.
+    assert _C.select("tree", "broadcast", 8) == ("tree", "RINGCOLL_ALGO=tree")
+    assert _C.select("tree", "reducescatter", 8) == (
+        "ring", "default: tree (RINGCOLL_ALGO=tree) does not provide reducescatter")
+    assert _C.select("rhd", "broadcast", 8) == (
+        "ring", "default: rhd (RINGCOLL_ALGO=rhd) does not provide broadcast")
     assert _C.select("direct", "gather", 8)[0] == "direct"
-    with pytest.raises(ValueError) as err:
-        _C.select("direct", "allreduce", 8)
-    msg = str(err.value)
-    assert "algorithm 'direct' does not provide allreduce" in msg, msg
-    assert "direct provides: gather, scatter, alltoall" in msg, msg
-    assert "e.g. 'allreduce=ring'" in msg, msg
+    assert _C.select("direct", "allreduce", 8) == (
+        "ring", "default: direct (RINGCOLL_ALGO=direct) does not provide allreduce")
+    assert _C.select("oneshot", "broadcast", 8)[0] == "ring"
+    # Named per collective, an algorithm that lacks it stays an error.
     with pytest.raises(ValueError, match="'oneshot' does not provide broadcast"):
-        _C.select("oneshot", "broadcast", 8)
+        _C.select("broadcast=oneshot", "broadcast", 8)
+
+
+@pytest.mark.parametrize("torch_name, c10d_name", [
+    ("all_reduce", "allreduce"), ("reduce_scatter", "reducescatter"),
+    ("all_gather", "allgather"), ("all_to_all", "alltoall"), ("broadcast", "broadcast"),
+    ("reduce", "reduce"), ("gather", "gather"), ("scatter", "scatter"), ("barrier", "barrier"),
+])
+def test_torch_and_c10d_names_are_one_collective(torch_name, c10d_name):
+    algo = "direct" if c10d_name in ("gather", "scatter", "alltoall") else "rhd"
+    if c10d_name in ("broadcast", "reduce"):
+        algo = "tree"
+    # Either spelling in RINGCOLL_ALGO, either spelling asked: the same rule, printed
+    # under c10d's name.
+    for value in (f"{torch_name}={algo}", f"{c10d_name}={algo}"):
+        for asked in (torch_name, c10d_name):
+            assert _C.select(value, asked, 8) == (algo, f"RINGCOLL_ALGO {c10d_name}"), \
+                (value, asked)
+    with pytest.raises(ValueError, match=f"{c10d_name} is named twice"):
+        _C.select(f"{torch_name}={algo};{c10d_name}={algo}", c10d_name, 8)
 
 
 def test_knobs_and_options_validate_the_value():

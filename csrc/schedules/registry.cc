@@ -24,6 +24,39 @@ const std::vector<Algorithm>& registry() {
 }
 }  // namespace
 
+namespace {
+// torch.distributed's name where it differs from c10d's.
+const char* torchName(Collective c) {
+  switch (c) {
+    case Collective::kAllreduce: return "all_reduce";
+    case Collective::kReduceScatter: return "reduce_scatter";
+    case Collective::kAllgather: return "all_gather";
+    case Collective::kAlltoall: return "all_to_all";
+    default: return nullptr;
+  }
+}
+}  // namespace
+
+bool collectiveFromName(const std::string& name, Collective* out) {
+  for (Collective c : kCollectives) {
+    const char* alt = torchName(c);
+    if (name == collectiveName(c) || (alt != nullptr && name == alt)) {
+      *out = c;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string collectiveNames() {
+  std::string out;
+  for (Collective c : kCollectives) {
+    out += (out.empty() ? "" : ", ") + std::string(collectiveName(c));
+    if (const char* alt = torchName(c)) out += RC_STR(" (", alt, ")");
+  }
+  return out;
+}
+
 const char* collectiveName(Collective c) {
   switch (c) {
     case Collective::kAllreduce: return "allreduce";

@@ -54,9 +54,15 @@ inline constexpr Collective kCollectives[] = {
     Collective::kBroadcast, Collective::kReduce,        Collective::kBarrier,
     Collective::kGather,    Collective::kScatter,       Collective::kAlltoall};
 
-// The names RINGCOLL_ALGO uses: allreduce, reducescatter, allgather, broadcast,
-// reduce, barrier, gather, scatter, alltoall.
+// The names ringcoll prints: allreduce, reducescatter, allgather, broadcast,
+// reduce, barrier, gather, scatter, alltoall (c10d's).
 const char* collectiveName(Collective c);
+// The collective a name means: c10d's names above, or torch.distributed's
+// (all_reduce, reduce_scatter, all_gather, all_to_all; the others are the same).
+// False for anything else.
+bool collectiveFromName(const std::string& name, Collective* out);
+// "allreduce (all_reduce), reducescatter (reduce_scatter), ...": for messages.
+std::string collectiveNames();
 
 struct Algorithm {
   std::string name;

@@ -37,12 +37,6 @@ std::string known() {
   return out;
 }
 
-std::string collectiveList() {
-  std::string out;
-  for (Collective c : kCollectives) out += (out.empty() ? "" : ", ") + std::string(collectiveName(c));
-  return out;
-}
-
 // `in`: the part of the value it came from, for the message.
 const Algorithm& algorithmNamed(const std::string& name, const std::string& in) {
   RC_CHECK_ARG(name != "auto", "RINGCOLL_ALGO: 'auto' in '", in,
@@ -99,15 +93,12 @@ void Selector::parseEntry(const std::string& entry) {
                "' is not collective=algorithm[:lo-hi],... (a single algorithm name must be "
                "the whole value)");
   const std::string cname = trim(entry.substr(0, eq));
-  int ci = -1;
-  for (size_t i = 0; i < std::size(kCollectives); ++i) {
-    if (cname == collectiveName(kCollectives[i])) ci = static_cast<int>(i);
-  }
-  RC_CHECK_ARG(ci >= 0, "RINGCOLL_ALGO: unknown collective '", cname, "' in '", entry,
-               "' (collectives: ", collectiveList(), ")");
-  const Collective c = kCollectives[ci];
-  auto& rules = rules_[ci];
-  RC_CHECK_ARG(rules.empty(), "RINGCOLL_ALGO: ", cname, " is named twice in '", value_, "'");
+  Collective c;
+  RC_CHECK_ARG(collectiveFromName(cname, &c), "RINGCOLL_ALGO: unknown collective '", cname,
+               "' in '", entry, "' (collectives: ", collectiveNames(), ")");
+  auto& rules = rules_[static_cast<size_t>(c)];
+  RC_CHECK_ARG(rules.empty(), "RINGCOLL_ALGO: ", collectiveName(c), " is named twice in '",
+               value_, "'");
   for (const auto& choice : splitOn(entry.substr(eq + 1), ',')) {
     RC_CHECK_ARG(!choice.empty(), "RINGCOLL_ALGO: empty choice in '", entry,
                  "' (choices are algorithm or algorithm:lo-hi, separated by ',')");
@@ -152,17 +143,11 @@ Choice Selector::pick(Collective c, size_t bytes) const {
   for (const auto& r : rules) {
     if (r.ranged && (bytes < r.lo || bytes >= r.hi)) continue;
     if (single_) {
-      if (!r.algorithm->provides(c) && fallback.name != "ring") {
-        // The one name stands in for ring; this collective's default is another.
+      // One name applies to the collectives the algorithm provides; the others run
+      // their default (RINGCOLL_DEBUG logs this reason).
+      if (!r.algorithm->provides(c)) {
         return {&fallback, noted(RC_STR("default: ", r.algorithm->name, " (RINGCOLL_ALGO=",
                                         value_, ") does not provide ", name))};
-      }
-      try {
-        r.algorithm->require(c);
-      } catch (const std::invalid_argument& e) {
-        throw std::invalid_argument(RC_STR(
-            e.what(), "; RINGCOLL_ALGO=", value_, " names it for every collective: name "
-            "algorithms per collective instead, e.g. '", name, "=", fallback.name, "'"));
       }
       return {r.algorithm, noted(RC_STR("RINGCOLL_ALGO=", value_))};
     }

@@ -104,7 +104,8 @@ def resolve(value: str, p: int, transport: str, cal: Calibration) -> str:
 
 def _resolve(value: str, p: int, transport: str, cal: Calibration) -> str:
     body = value.split("#", 1)[0].strip()
-    by_select = {SELECT_NAME[c]: c for c in COLLECTIVES}
+    # The collective by either spelling, c10d's (allreduce) or torch's (all_reduce).
+    by_select = {SELECT_NAME[c]: c for c in COLLECTIVES} | {c: c for c in COLLECTIVES}
     if body == "auto":
         entries = [entry(c, p, transport, cal) for c in AUTO_COLLECTIVES]
         # barrier is an all-reduce of p bytes
