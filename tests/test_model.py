@@ -69,6 +69,50 @@ def test_model_terms_match_simulator_counts(algo, collective):
                 assert r.seconds == pytest.approx(pred, rel=1e-12), where
 
 
+def _textbook(algo, collective, p, nbytes, chunk_bytes):
+    """(alpha messages, beta bytes, gamma bytes, steps) along the critical path,
+    from the algorithms' textbook shape rather than from ringcoll's code: every
+    step, a rank sends one block and receives one (both counted), a block of n / k
+    float32 elements, cut into ceil(block / chunk) messages."""
+    elems, chunk = nbytes // 4, chunk_bytes // 4
+
+    def step(block_elems):
+        segs = max(1, -(-block_elems // chunk))
+        return 2 * segs, 2 * 4 * block_elems
+
+    if algo == "ring":
+        big = -(-elems // p)
+        msgs, byts = step(big)
+        steps = {"all_reduce": 2 * (p - 1), "all_gather": p - 1, "reduce_scatter": p - 1}[collective]
+        reducing = {"all_reduce": p - 1, "all_gather": 0, "reduce_scatter": p - 1}[collective]
+        return steps * msgs, steps * byts, reducing * 4 * big, steps
+    assert algo == "rhd" and collective == "all_reduce" and p & (p - 1) == 0
+    # Recursive halving then doubling: at distance 2^j the block is n / 2^(j+1).
+    halves = [-(-elems // (2 ** (j + 1))) for j in range(p.bit_length() - 1)]
+    parts = [step(h) for h in halves] * 2
+    return (sum(m for m, _ in parts), sum(b for _, b in parts), 4 * sum(halves), 2 * len(halves))
+
+
+@pytest.mark.parametrize("algo, collective, p", [
+    ("ring", "all_reduce", 2), ("ring", "all_reduce", 3), ("ring", "all_reduce", 5),
+    ("ring", "all_gather", 4), ("ring", "reduce_scatter", 3), ("rhd", "all_reduce", 2),
+    ("rhd", "all_reduce", 4), ("rhd", "all_reduce", 8),
+])
+def test_model_terms_match_the_textbook(algo, collective, p):
+    """The model's counts against closed forms written here (the simulator test above
+    shares the model's arithmetic; this one does not): one block per step, the
+    largest block on the critical path, chunked messages."""
+    cal = dataclasses.replace(model.DEFAULTS, cores=8, chunk_bytes=4096, fingerprint=False)
+    # Sizes that p (and every halving) divides: equal blocks, so the critical path's
+    # block is every block (uneven blocks shift it by an element, which the model
+    # tracks rank by rank and a closed form does not).
+    for nbytes in (4 * p * 10, 1000 * p, 4 * p * 10000, 3 * 4096 * p + 4 * p):
+        t = model.terms(algo, collective, p, nbytes, "shm", cal)
+        got = (t[1], t[2], t[3], t[6])
+        want = _textbook(algo, collective, p, nbytes, cal.chunk_bytes)
+        assert got == pytest.approx(want), (algo, collective, p, nbytes, got, want)
+
+
 @pytest.mark.parametrize("algo, collective", CASES)
 def test_schedule_table_is_the_schedules_as_data(algo, collective):
     for p in range(1, 10):
@@ -295,6 +339,28 @@ def test_auto_resolves_to_the_predicted_fastest(p, transport):
             assert why.startswith("auto: predicted fastest (model defaults"), why
             t = {a: model.predict(a, coll, p, b, transport, model.DEFAULTS) for a in algos}
             assert t[got] == min(t.values()), (coll, b, got, t)
+
+
+def test_auto_turns_a_table_of_predictions_into_ranges(monkeypatch):
+    """auto's own logic, apart from the model: with predictions made up here (rhd
+    fastest below 1 KiB, tree from 1 KiB to below 64 KiB and from 1 MiB to below
+    4 MiB, ring elsewhere, twoshot tied with ring everywhere), every collective's
+    entry is exactly these ranges, ties go to the earlier-registered algorithm, and
+    the backend's selector runs the right one at the edges."""
+    def fake(algo, collective, p, b, transport, cal):
+        best = ("rhd" if b < 1 << 10 else "tree" if b < 64 << 10 or (1 << 20) <= b < 4 << 20
+                else "ring")
+        return 1.0 if algo == best or (algo == "twoshot" and best == "ring") else 2.0 + len(algo)
+
+    monkeypatch.setattr(auto, "predict", fake)
+    monkeypatch.setattr(auto, "candidates", lambda c, p: ["ring", "rhd", "tree", "twoshot"])
+    got = auto.entry("all_reduce", 4, "shm", model.DEFAULTS)
+    assert got == "allreduce=rhd:0-1K,tree:1K-64K,ring:64K-1M,tree:1M-4M,ring", got
+    value = auto.resolve("all_reduce=auto", 4, "shm", model.DEFAULTS)
+    for nbytes, algo in ((1, "rhd"), (1023, "rhd"), (1024, "tree"), ((64 << 10) - 1, "tree"),
+                         (64 << 10, "ring"), (1 << 20, "tree"), (4 << 20, "ring"),
+                         (1 << 40, "ring")):
+        assert _C.select(value, "allreduce", nbytes)[0] == algo, (nbytes, value)
 
 
 def test_passes_pool_every_run_of_a_point():

@@ -505,26 +505,33 @@ def test_waves_pair_across_ranks(collective, p, n, seg, algo="ring", root=0):
         assert sorted(waves) == list(range(len(waves))), f"rank {r}: waves {sorted(waves)}"
         assert all(len(steps) == 1 for steps in waves.values()), f"rank {r}: a wave spans steps"
         keyed.append(waves)
+    # Each batch the executor posts (a wave: the plan's own numbering, local to a rank)
+    # named by what it is globally: (step, its rank among that step's waves).
+    names = []
+    for waves in keyed:
+        per_step = {}
+        for w in sorted(waves):
+            (step,) = waves[w]
+            per_step.setdefault(step, []).append(w)
+        names.append({w: (s, ws.index(w)) for s, ws in per_step.items() for w in ws})
     for a in range(p):
         for b in range(p):
             if a == b:
                 continue
-            sends = [(plans[a][i][2], plans[a][i][4], _wave_key(plans[a], i))
-                     for i in range(len(plans[a])) if plans[a][i][0] == "send" and plans[a][i][1] == b]
-            recvs = [(plans[b][i][2], plans[b][i][4], _wave_key(plans[b], i))
-                     for i in range(len(plans[b])) if plans[b][i][0].startswith("recv")
-                     and plans[b][i][1] == a]
-            # Wave order per pair: what the transport matches message by message.
-            sends.sort(key=lambda t: t[2])
-            recvs.sort(key=lambda t: t[2])
-            assert sends == recvs, f"{a}->{b}: sends {sends} vs receives {recvs}"
+            # The messages a->b in the order the executor posts them (batch by batch,
+            # plan order within one), each with its batch's name. The transport pairs
+            # the k-th send with the k-th receive, and NCCL completes a batch only with
+            # the peer's batch of the same name.
+            sends = sorted(((o[8], i, o[4]) for i, o in enumerate(plans[a])
+                            if o[0] == "send" and o[1] == b))
+            recvs = sorted(((o[8], i, o[4]) for i, o in enumerate(plans[b])
+                            if o[0].startswith("recv") and o[1] == a))
+            assert len(sends) == len(recvs), f"{a}->{b}: {len(sends)} sends, {len(recvs)} receives"
+            for k, ((ws, _, cs), (wr, _, cr)) in enumerate(zip(sends, recvs)):
+                assert (names[a][ws], cs) == (names[b][wr], cr), \
+                    f"{a}->{b}: message {k} is {cs} elements in batch {names[a][ws]} on " \
+                    f"the sender, {cr} elements in batch {names[b][wr]} on the receiver"
 
-
-def _wave_key(ops, i):
-    """(step, segment index) of op i: its position among its transfer's segments."""
-    kind, peer, step, b, cnt, deps, fwd, live, wave = ops[i]
-    same = [j for j, o in enumerate(ops) if o[0] == kind and o[1] == peer and o[2] == step]
-    return (step, same.index(i))
 
 
 # The other algorithms' schedules through the same plan checks: several transfers
