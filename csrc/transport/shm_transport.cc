@@ -5,11 +5,13 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <new>
 
@@ -34,6 +36,29 @@ uint64_t randomToken() {
   RC_REQUIRE(getrandom(&t, sizeof(t), 0) == static_cast<ssize_t>(sizeof(t)),
                sysError("ringcoll shm: getrandom"));
   return t;
+}
+
+std::string mebibytes(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f MiB", bytes / (1 << 20));
+  return buf;
+}
+
+// Why `bytes` of shared memory could not be reserved on the file system of `fd`, and
+// what to do: a /dev/shm too small for the group (a container's default) would
+// otherwise be found only at the first touch of a page, by SIGBUS.
+std::string reserveFailure(int fd, int err, size_t bytes, int localRanks, size_t slotBytes) {
+  struct statvfs vfs;
+  const std::string freeText = fstatvfs(fd, &vfs) == 0
+      ? mebibytes(static_cast<double>(vfs.f_bavail) * static_cast<double>(vfs.f_frsize))
+      : std::string("an unknown amount");
+  return RC_STR("could not reserve ", mebibytes(static_cast<double>(bytes)),
+                " of shared memory in /dev/shm for its segment (", std::strerror(err), "; ",
+                freeText, " free there). Each rank's segment holds ", ShmTransport::kSlots,
+                " slots of RINGCOLL_CHUNK_BYTES=", slotBytes, " per rank of its host (",
+                localRanks, " here), and a group has two (collectives and point-to-point): "
+                "give /dev/shm more room (docker run --shm-size), lower RINGCOLL_CHUNK_BYTES, "
+                "or use RINGCOLL_TRANSPORT=gloo");
 }
 
 std::string segmentName(uint64_t token, int rank) {
@@ -87,6 +112,17 @@ ShmTransport::ShmTransport(Rendezvous& rv, int rank, int size, const std::vector
   try {
     const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
     RC_REQUIRE(fd >= 0, sysError(RC_STR("ringcoll shm: shm_open ", name_).c_str()));
+    // Every page reserved now (posix_fallocate), not at its first touch: a /dev/shm
+    // too small fails here, on every rank (the peers read it from the store), and
+    // never as a SIGBUS in the middle of a collective.
+    const int reserved = posix_fallocate(fd, 0, static_cast<off_t>(total));
+    if (reserved != 0) {
+      const std::string why = reserveFailure(fd, reserved, total, localCount_, slotBytes_);
+      close(fd);
+      shm_unlink(name_.c_str());
+      rv.set(RC_STR("ringcoll/shm/created/", rank), "!" + why);
+      throw std::runtime_error(RC_STR("ringcoll shm: rank ", rank, " ", why));
+    }
     const bool sized = ftruncate(fd, static_cast<off_t>(total)) == 0;
     void* base = sized ? mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                        : MAP_FAILED;
@@ -110,7 +146,9 @@ ShmTransport::ShmTransport(Rendezvous& rv, int rank, int size, const std::vector
       Link& l = links_[peer];
       l.localIndex = li;
       if (peer == rank) continue;
-      rv.get(RC_STR("ringcoll/shm/created/", peer));
+      const std::string created = rv.get(RC_STR("ringcoll/shm/created/", peer));
+      RC_REQUIRE(created.empty() || created[0] != '!', "ringcoll shm: rank ", peer, " ",
+                 created.substr(1));
       const std::string name = segmentName(token, peer);
       const int pfd = shm_open(name.c_str(), O_RDWR, 0600);
       RC_REQUIRE(pfd >= 0, sysError(RC_STR("ringcoll shm: opening rank ", peer,
