@@ -137,6 +137,37 @@ def killed_mid_collective(rank, p):
         return str(e), time.monotonic() - t0, before
 
 
+def leave_one_by_one(rank, p, late):
+    """The end of a program: a last broadcast whose root leaves (its process exits)
+    as soon as its part is done, rank `late` reaching it half a second late, and the
+    other ranks leaving one by one after it. A rank whose messages were all delivered
+    is not an error to the ranks still finishing (issue: "No false 'rank X exited'")."""
+    root = p - 1
+    for i in range(3):
+        x = torch.full((1000,), float(rank + i))
+        dist.all_reduce(x)
+        if not torch.equal(x, torch.full((1000,), float(sum(range(p)) + p * i))):
+            return f"all_reduce {i}: {x[:3].tolist()}"
+    dist.barrier()
+    if rank == late:
+        time.sleep(0.5)
+    y = torch.full((4096,), float(rank))
+    dist.broadcast(y, src=root)
+    if rank == root:
+        os._exit(0)  # leaves at once: no destroy, no goodbye
+    if not torch.equal(y, torch.full((4096,), float(root))):
+        return f"broadcast: {y[:3].tolist()}"
+    time.sleep(0.1 * rank)  # the others leave one by one
+    return "ok"
+
+
+@pytest.mark.parametrize("p, late", [(3, 0), (3, 1), (5, 0), (5, 2), (5, 3)])
+def test_ranks_that_left_are_not_errors(p, late):
+    res = mp.run_world(p, leave_one_by_one, late, pg_timeout_s=20, transport="shm",
+                       may_exit={p - 1}, timeout=120)
+    assert res[:-1] == ["ok"] * (p - 1), res
+
+
 def test_rank_killed_mid_collective(transport):
     timeout_s = 10
     results = mp.run_world(3, killed_mid_collective, pg_timeout_s=timeout_s, timeout=120,

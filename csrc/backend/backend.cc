@@ -458,9 +458,12 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
       if (!report.empty()) msg = c10::str(t.label, ": ", report, " (then: ", e.what(), ")");
     }
     markBroken(msg);
-    if (mismatch) {
-      // Tell the ranks that exchanged no header with the disagreeing ones
-      // (checkInterrupts); best effort: they time out otherwise.
+    const bool reported = dynamic_cast<const ReportedError*>(&e) != nullptr;
+    if (mismatch || (!reported && !e.timedOut() && e.peer() >= 0)) {
+      // Tell the other ranks (checkInterrupts): those that exchanged no header with
+      // the disagreeing ones, and those that wait on a rank that waited on a peer
+      // that exited (a transport reports an exit only to the ranks that still need
+      // something from it). Best effort: they time out otherwise.
       postFailureReport(store_, kFailureKey,
                         c10::str("rank ", getRank(), " found that ", e.what()));
     }

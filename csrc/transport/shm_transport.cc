@@ -219,7 +219,8 @@ void* ShmTransport::sendSlot(int peer, size_t bytes) {
   const Mailbox* mb = mailbox(l.seg, myLocal_);
   // Sequentially consistent, with the store in commitSlot() and the pair in
   // releaseRecv(): see there.
-  if (l.written - mb->released.load(std::memory_order_seq_cst) >= kSlots) return nullptr;
+  l.sendBlocked = l.written - mb->released.load(std::memory_order_seq_cst) >= kSlots;
+  if (l.sendBlocked) return nullptr;
   return slot(l.seg, myLocal_, l.written);
 }
 
@@ -285,6 +286,12 @@ void ShmTransport::checkPeers() {
   for (size_t peer = 0; peer < links_.size(); ++peer) {
     Link& l = links_[peer];
     if (l.pidfd < 0 || l.exitReported) continue;
+    // What this rank waits for from the peer: receives posted beyond the messages
+    // already in its mailbox (they outlive the sender), or a free slot to send.
+    const uint64_t arrived =
+        mailbox(mine_, l.localIndex)->written.load(std::memory_order_acquire) - l.consumed;
+    const bool owed = l.expected.size() - l.expectedHead > arrived || l.sendBlocked;
+    if (!owed) continue;
     pollfd pfd{l.pidfd, POLLIN, 0};
     if (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN)) {
       l.exitReported = true;

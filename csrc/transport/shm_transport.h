@@ -66,9 +66,12 @@ class ShmTransport final : public Transport {
 
   // The doorbell peers ring; other transports of the same backend ring it too.
   Doorbell& doorbell() { return *bell_; }
-  // Throws PeerError if a local peer has exited; each exit once (a caller that
-  // keeps using the transport for its other peers, as point-to-point does, then
-  // learns of a second exit too).
+  // Throws PeerError if a local peer this rank still needs has exited: a receive
+  // from it is posted whose message has not arrived, or a send to it waits for a
+  // free slot. A peer that exited with nothing owed (a rank that left at the end of
+  // a program, its last messages delivered) is reported only once something is
+  // wanted from it. Each exit once (a caller that keeps using the transport for its
+  // other peers, as point-to-point does, then learns of a second exit too).
   void checkPeers();
 
  private:
@@ -85,6 +88,7 @@ class ShmTransport final : public Transport {
     int pidfd = -1;
     int pid = 0;
     bool exitReported = false;
+    bool sendBlocked = false;  // the last send to it found its ring full
     uint64_t written = 0;   // messages this rank published to the peer
     uint64_t consumed = 0;  // messages this rank released from the peer
     std::vector<size_t> expected;  // sizes of announced receives, oldest first
