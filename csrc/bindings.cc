@@ -189,7 +189,7 @@ py::list planOps(const std::string& algoName, const std::string& collective, int
                  size_t n, size_t segElems, bool finish, int root) {
   using ringcoll::algo::OpKind;
   const auto sched = buildSchedule(algoName, collective, p, rank, n, root, {});
-  const auto plan = ringcoll::algo::compilePlan(sched, segElems, finish);
+  const auto plan = ringcoll::algo::compilePlan(sched, segElems, finish, rank);
   std::vector<int> waveOf(plan.ops.size(), -1);
   for (size_t w = 0; w < plan.waves.size(); ++w) {
     for (uint32_t i : plan.waves[w]) waveOf[i] = static_cast<int>(w);
@@ -200,6 +200,8 @@ py::list planOps(const std::string& algoName, const std::string& collective, int
     const char* kind = op.kind == OpKind::kSend ? "send"
         : op.kind == OpKind::kRecvCopy          ? "recv_copy"
         : op.kind == OpKind::kRecvReduce        ? "recv_reduce"
+        : op.kind == OpKind::kLocalCopy         ? "local_copy"
+        : op.kind == OpKind::kLocalReduce       ? "local_reduce"
                                                 : "finish";
     py::list deps;
     for (uint32_t d = op.depBegin; d < op.depEnd; ++d) deps.append(plan.deps[d]);

@@ -10,13 +10,15 @@ algorithm's schedule does what its collective promises.
 It asks the extension for every rank's schedule (csrc/schedules/schedule.h: steps of
 transfers, each a send or a receive that is copied or reduced into place, of an
 element range with one peer) and walks all ranks step by step on symbolic data.
-Each element holds (index, contributors, finishes): the buffer position it stands
-for, the set of ranks whose input it contains (a bitmask, any world size), and how
-many times a finishing pass (AVG's division) was applied to it. A send carries the
+Each element holds (index, contributors, finishes, fold): the buffer position it
+stands for, the set of ranks whose input it contains (a bitmask, any world size),
+how many times a finishing pass (AVG's division) was applied to it, and how it was
+folded (a rank's input, or (accumulator, arrival) of a reduce). A send carries the
 sender's elements as they were before the step; a receive-copy replaces, a
 receive-reduce merges two values of the same position. It checks:
 
-  structure  peers in range and not the rank itself, ranges inside the buffer;
+  structure  peers in range, ranges inside the buffer (a transfer with the rank
+             itself is local: its sends pair with its receives like any peer's);
              within a step no two writes overlap and no range is both sent and
              written; the k-th non-empty send from a to b in step s has the size
              of the k-th non-empty receive on b from a in step s (the executor
@@ -33,10 +35,12 @@ receive-reduce merges two values of the same position. It checks:
              ranks' result is empty; gather: the root holds every block, each
              from its owner, the others' result is empty; scatter: rank r's result
              is block r, the root's; all-to-all: rank r's result is its receive
-             blocks, block s holding what rank s sent it.
+             blocks, block s holding what rank s sent it;
+  same bits  all-reduce: every rank folded every element the same way (the same
+             operands in the same order), so floating-point sums agree bit for bit.
 
 A schedule's scratch (csrc/schedules/schedule.h) extends its buffer past n with a copy
-of the first elements, taken before step 0. All-to-all's buffer is each rank's
+of the first elements, taken before step 0, and holds nothing past that copy. All-to-all's buffer is each rank's
 send blocks then its receive blocks, sized by a p x p count matrix (`counts[s][d]`
 elements from s to d; alltoall_counts(p, n) by default, uneven, with empty
 blocks); its own block is copied by the job, so it starts in place here.
@@ -102,7 +106,7 @@ def _check_structure(scheds, p, sizes, where):
             for kind, peer, b, e in step["transfers"]:
                 if kind not in ("send",) + _WRITES:
                     _fail(f"{at}: unknown transfer kind {kind!r}")
-                if not (0 <= peer < p) or peer == r:
+                if not (0 <= peer < p):
                     _fail(f"{at}: {kind} with peer {peer}")
                 if not (0 <= b <= e <= sizes[r]):
                     _fail(f"{at}: {kind} range [{b}, {e}) outside [0, {sizes[r]})")
@@ -128,15 +132,6 @@ def _check_structure(scheds, p, sizes, where):
     return nsteps
 
 
-def _initial(collective, p, n, r, root):
-    if collective in REDUCING:
-        return [(e, 1 << r, 0) for e in range(n)]
-    if collective == "allgather":
-        b, e1 = block_range(n, p, r)
-        return [(e, 1 << r, 0) if b <= e < e1 else None for e in range(n)]
-    return [(e, 1 << root, 0) if r == root else None for e in range(n)]
-
-
 def _alltoall_offsets(counts, r):
     """(send offsets, receive offsets) of rank r's all-to-all buffer, p + 1 each."""
     p = len(counts)
@@ -153,18 +148,18 @@ def _initial(collective, p, n, r, root, counts=None):
     """Rank r's buffer before step 0, without scratch: (label, contributors,
     finishes) per element, or None where it holds nothing yet."""
     if collective in REDUCING:
-        return [(e, 1 << r, 0) for e in range(n)]
+        return [(e, 1 << r, 0, r) for e in range(n)]
     if collective in ("allgather", "gather"):
         b, e1 = block_range(n, p, r)
-        return [(e, 1 << r, 0) if b <= e < e1 else None for e in range(n)]
+        return [(e, 1 << r, 0, r) if b <= e < e1 else None for e in range(n)]
     if collective == "alltoall":
         so, ro = _alltoall_offsets(counts, r)
-        buf = [(("a", r, d, i), 1 << r, 0) for d in range(p) for i in range(counts[r][d])]
+        buf = [(("a", r, d, i), 1 << r, 0, r) for d in range(p) for i in range(counts[r][d])]
         buf += [None] * (ro[p] - ro[0])
         for i in range(counts[r][r]):  # the job's local copy of the own block
-            buf[ro[r] + i] = (("a", r, r, i), 1 << r, 0)
+            buf[ro[r] + i] = (("a", r, r, i), 1 << r, 0, r)
         return buf
-    return [(e, 1 << root, 0) if r == root else None for e in range(n)]
+    return [(e, 1 << root, 0, root) if r == root else None for e in range(n)]
 
 
 def _simulate(scheds, p, bufs, nsteps, where):
@@ -210,7 +205,7 @@ def _simulate(scheds, p, bufs, nsteps, where):
                     if u[2] or v[2]:
                         _fail(f"{at}: element {pos} was finished before its reduction "
                               f"was complete")
-                    bufs[r][pos] = (u[0], u[1] | v[1], 0)
+                    bufs[r][pos] = (u[0], u[1] | v[1], 0, (u[3], v[3]))
             for b, e in step["reduced"]:
                 for pos in range(b, e):
                     v = bufs[r][pos]
@@ -220,8 +215,30 @@ def _simulate(scheds, p, bufs, nsteps, where):
                     if v[2]:
                         _fail(f"{where} step {s} rank {r}: marks element {pos} reduced "
                               f"a second time")
-                    bufs[r][pos] = (v[0], v[1], 1)
+                    bufs[r][pos] = (v[0], v[1], 1, v[3])
     return bufs
+
+
+def _value(v):
+    """An element without its fold: (position, contributors, finishes)."""
+    return None if v is None else v[:3]
+
+
+def _check_folds(bufs, scheds, p, n, where):
+    """All-reduce: every rank applied the op to the same operands in the same
+    order, so the ranks end with the same bits (floating-point sums are not
+    associative, and a rank folding in its own order drifts from its peers)."""
+    for pos in range(n):
+        first = bufs[0][pos][3]
+        for r in range(1, p):
+            if bufs[r][pos][3] != first:
+                _fail(f"{where}: element {pos} is folded as {_fold(bufs[r][pos][3])} on "
+                      f"rank {r} but as {_fold(first)} on rank 0: the ranks would end "
+                      f"with different bits")
+
+
+def _fold(f):
+    return str(f) if isinstance(f, int) else f"({_fold(f[0])} + {_fold(f[1])})"
 
 
 def _who(v, p):
@@ -247,7 +264,7 @@ def _check_result(bufs, scheds, collective, p, n, root, where, counts=None):
             for q in range(p):
                 for i in range(counts[q][r]):
                     pos, want = ro[q] + i, (("a", q, r, i), 1 << q, 0)
-                    if buf[pos] != want:
+                    if _value(buf[pos]) != want:
                         _fail(f"{at}: element {pos} ends with {buf[pos]}; expected element "
                               f"{i} of rank {q}'s block for rank {r}")
             continue
@@ -268,7 +285,7 @@ def _check_result(bufs, scheds, collective, p, n, root, where, counts=None):
                 want = (pos, 1 << owner[pos], 0)
             else:
                 want = (pos, 1 << root, 0)
-            if v != want:
+            if _value(v) != want:
                 got = "nothing" if v is None else (
                     f"position {v[0]}, {_who(v, p)}, finished {v[2]} times")
                 _fail(f"{at}: element {pos} ends with {got}; expected position "
@@ -301,13 +318,12 @@ def check_schedules(scheds, collective, p, n, root=0, where="schedule", counts=N
     for r, sched in enumerate(scheds):
         buf = _initial(collective, p, n, r, root, counts)
         scratch = sched.get("scratch", 0)
-        if scratch > len(buf):
-            _fail(f"{where} rank {r}: scratch of {scratch} elements, more than the "
-                  f"{len(buf)} it would copy")
-        bufs.append(buf + buf[:scratch])
+        bufs.append(buf + buf[:scratch] + [None] * (scratch - len(buf)))
     nsteps = _check_structure(scheds, p, [len(b) for b in bufs], where)
     bufs = _simulate(scheds, p, bufs, nsteps, where)
     _check_result(bufs, scheds, collective, p, n, root, where, counts)
+    if collective == "allreduce":
+        _check_folds(bufs, scheds, p, n, where)
     return nsteps
 
 

@@ -12,7 +12,7 @@ whole-buffer tree transfers and rhd's halves are pipelined across steps. 5, 7 an
 few dtype/op pairs, counts 1, p+1 and large, three roots; the algorithms added
 since (SAMPLED: oneshot, biring, direct) run there on shared memory only. Inputs
 are the small integers of tests/cases.py, exact in every dtype whatever the
-reduction order (oneshot reduces in a different order on every rank).
+reduction order (tests/test_same_bits.py checks that every rank ends with the same bits).
 
 gather, scatter and all-to-all (direct) check every block against its exact
 (sender, receiver, index) value; tests/test_gather_scatter_alltoall.py compares

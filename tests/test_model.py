@@ -159,7 +159,11 @@ def _walk(scheds, topo, collective, n, elem):
         peers = set()
         for s, step in enumerate(sched["steps"]):
             for kind, peer, b, e in step["transfers"]:
-                if b < e:
+                if b < e and peer == r:  # local: no message; a local reduce pays gamma
+                    if kind == "recv_reduce":
+                        cost[s + header][r] += (e - b) * elem * topo.gamma
+                        cnt[s + header][r][2] += (e - b) * elem
+                elif b < e:
                     peers.add(peer)
                     pay(s + header, r, peer, (e - b) * elem, kind == "recv_reduce")
         if header:

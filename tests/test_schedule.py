@@ -144,17 +144,33 @@ def test_checker_proves_exchanges(algo, p):
 
 
 def test_oneshot_keeps_its_input_in_scratch():
-    # Every send is of the kept copy [n, 2n), every receive reduces into [0, n); the
-    # p-1 sends reach p-1 different peers; n elements of scratch (none for p = 1).
-    for p in (1, 2, 5):
+    # Every message is a send of the kept copy [n, 2n) to another rank, p-1 of them,
+    # one to each peer; every rank receives each peer's input once and folds all p
+    # in rank order: rank 0 reduces each arrival into [0, n), rank r >= 1 copies
+    # x0 over [0, n), reduces x1 .. x(r-1) there as they come, then (locally) its
+    # own input and the p-1-r inputs it parked in slots past 2n. Scratch: the copy
+    # plus the slots (none for p = 1).
+    for p in (1, 2, 3, 5):
         n = 7
         for r, sched in enumerate(check.schedules("oneshot", "allreduce", p, n)):
-            assert sched["scratch"] == (n if p > 1 else 0)
-            sends = [t for st in sched["steps"] for t in st["transfers"] if t[0] == "send"]
-            recvs = [t for st in sched["steps"] for t in st["transfers"] if t[0] != "send"]
+            slots = 0 if r == 0 else p - 1 - r
+            assert sched["scratch"] == ((1 + slots) * n if p > 1 else 0)
+            ts = [t for st in sched["steps"] for t in st["transfers"]]
+            sends = [t for t in ts if t[0] == "send" and t[1] != r]
             assert all(t[2:] == (n, 2 * n) for t in sends)
-            assert all(t[0] == "recv_reduce" and t[2:] == (0, n) for t in recvs)
             assert sorted(t[1] for t in sends) == [q for q in range(p) if q != r]
+            # What reaches [0, n), in order (r: a local receive), and where from.
+            folded = [(k, q) for k, q, b, e in ts if (b, e) == (0, n) and k != "send"]
+            local_srcs = [b for k, q, b, e in ts if k == "send" and q == r]
+            parked = {b: q for k, q, b, e in ts if k == "recv_copy" and b >= 2 * n}
+            if r == 0:
+                assert folded == [("recv_reduce", q) for q in range(1, p)] and not local_srcs
+                continue
+            assert folded == ([("recv_copy", 0)] + [("recv_reduce", q) for q in range(1, r)]
+                              + [("recv_reduce", r)] * (1 + slots))
+            # its own input, then the parked inputs r+1 .. p-1 in rank order
+            assert local_srcs == [n] + [(2 + k) * n for k in range(slots)]
+            assert [parked[b] for b in local_srcs[1:]] == list(range(r + 1, p))
 
 
 def test_biring_uses_both_directions():
@@ -237,6 +253,7 @@ def _write_what_is_sent(sc):
 
 
 def _self_peer(sc):
+    # A send to itself is local, and pairs only with a local receive of the step.
     s, i = _first(sc, 1, "send")
     _set(sc, 1, s, i, peer=1)
 
@@ -253,7 +270,7 @@ def _wrong_result(sc):
     ("allreduce", _mark_early, "marks element 0 reduced"),
     ("allreduce", _shift_range, "reduces position 0 from rank 0 into position 6"),
     ("allreduce", _write_what_is_sent, "is written while"),
-    ("allreduce", _self_peer, "with peer 1"),
+    ("allreduce", _self_peer, "rank 1 sends sizes [3] to rank 1, which receives sizes []"),
     ("reduce_scatter", _wrong_result, "is not block 0"),
     ("allgather", _drop_pair, "before it holds all of it"),
 ])
@@ -301,8 +318,14 @@ def _oneshot_without_scratch(sc):
                                for k, q, b, e in st["transfers"]]
 
 
-def _scratch_too_large(sc):
-    sc[0]["scratch"] = 10 ** 6
+def _reads_unwritten_scratch(sc):
+    # rank 1 adds a slot past its copy that nothing ever wrote (scratch past the
+    # copy holds nothing until a receive fills it).
+    last = sc[1]["steps"][-1]["transfers"]
+    (k, q, b, e), rest = last[0], last[1:]
+    assert k == "send" and q == 1
+    sc[1]["scratch"] += e - b
+    sc[1]["steps"][-1]["transfers"] = [(k, q, b + (e - b), e + (e - b))] + rest
 
 
 def _alltoall_swaps_blocks(sc):
@@ -334,7 +357,7 @@ def _biring_one_direction(sc):
     ("tree", "reduce", 5, _tree_root_marks_early, "marks element 0 reduced"),
     ("twoshot", "allreduce", 3, _drop_pair, "but it holds ranks"),
     ("oneshot", "allreduce", 3, _oneshot_without_scratch, "is written while"),
-    ("oneshot", "allreduce", 3, _scratch_too_large, "scratch of 1000000 elements"),
+    ("oneshot", "allreduce", 3, _reads_unwritten_scratch, "before it holds all of it"),
     ("biring", "allreduce", 3, _biring_one_direction, "sends sizes"),
     ("direct", "alltoall", 3, _alltoall_swaps_blocks, "block for rank 0"),
     ("direct", "gather", 3, _gather_drops_a_block, "ends with nothing"),
@@ -498,8 +521,8 @@ def test_waves_pair_across_ranks(collective, p, n, seg, algo="ring", root=0):
     for r, ops in enumerate(plans):
         waves = {}
         for kind, peer, step, b, cnt, deps, fwd, live, wave in ops:
-            if kind == "finish":
-                assert wave == -1
+            if kind in ("finish", "local_copy", "local_reduce"):
+                assert wave == -1  # no transfer: in no batch
                 continue
             waves.setdefault(wave, set()).add(step)
         assert sorted(waves) == list(range(len(waves))), f"rank {r}: waves {sorted(waves)}"
@@ -548,3 +571,18 @@ def test_plans_of_every_algorithm(algo, collective, p):
     test_plan_orders_every_conflict(collective, p, n, seg, algo=algo)
     for root in sorted({0, p - 1}):
         test_waves_pair_across_ranks(collective, p, n, seg, algo=algo, root=root)
+
+
+def test_checker_catches_ranks_that_fold_in_their_own_order():
+    # One-shot as it was: rank r reduces its input, then r-1, r-2, ... into place.
+    # Every element holds every contribution once, so only the fold check sees that
+    # rank 0 sums (x0 + x2) + x1 and rank 1 (x1 + x0) + x2: different bits.
+    p, n = 3, 4
+    scheds = [{"name": "own-order", "result": (0, n), "scratch": n,
+               "steps": [{"transfers": [("send", (r + 1 + i) % p, n, 2 * n),
+                                        ("recv_reduce", (r - 1 - i) % p, 0, n)],
+                          "reduced": [(0, n)] if i == p - 2 else []} for i in range(p - 1)]}
+              for r in range(p)]
+    with pytest.raises(check.ScheduleError, match=r"folded as \(\(1 \+ 0\) \+ 2\) on rank 1 "
+                                                  r"but as \(\(0 \+ 2\) \+ 1\) on rank 0"):
+        check.check_schedules(scheds, "allreduce", p, n)

@@ -85,6 +85,8 @@ const char* kindName(OpKind k) {
     case OpKind::kRecvCopy: return "recv_copy";
     case OpKind::kRecvReduce: return "recv_reduce";
     case OpKind::kFinish: return "finish";
+    case OpKind::kLocalCopy: return "local_copy";
+    case OpKind::kLocalReduce: return "local_reduce";
   }
   return "?";
 }
@@ -236,6 +238,14 @@ void TraceWriter::emitOp(const algo::CollectiveTrace& c, const algo::OpTrace& o)
              ",\"post\":", us(o.post), ",\"arrive\":", us(o.arrive), ",\"done\":", us(o.done),
              "}");
   const std::string where = o.step < 0 ? std::string("header") : RC_STR("s", o.step, ".", o.seg);
+  if (o.kind == OpKind::kLocalCopy || o.kind == OpKind::kLocalReduce) {
+    // On the compute lane, like the reductions of received segments.
+    event(RC_STR("{\"ph\":\"X\",\"cat\":\"compute\",\"name\":\"",
+                 o.kind == OpKind::kLocalReduce ? "reduce " : "copy ", where, " <- local",
+                 "\",\"pid\":", rank_, ",\"tid\":2,\"ts\":", us(o.arrive),
+                 ",\"dur\":", dur(o.done - o.arrive), ",\"args\":", args, "}"));
+    return;
+  }
   if (o.kind == OpKind::kFinish) {
     event(RC_STR("{\"ph\":\"X\",\"cat\":\"finish\",\"name\":\"divide ", where, "\",\"pid\":", rank_,
                  ",\"tid\":2,\"ts\":", us(o.arrive), ",\"dur\":", dur(o.done - o.arrive),

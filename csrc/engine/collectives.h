@@ -9,6 +9,7 @@
 // and kernels only ever see RedOp.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <utility>
 #include <vector>
@@ -38,7 +39,7 @@ inline void describeReduction(Fingerprint& fp, const Reduction& red) {
 // local input in the job's prologue (once the ranks agreed, before anything is
 // sent); AVG divides by p where the schedule marks elements reduced. A schedule
 // with scratch (schedules/schedule.h) gets it from the reducer's device as a second
-// region, filled with a copy of buf's first elements in the prologue, after the
+// region, its first elements a copy of buf's in the prologue, after the
 // scaling (host memory on CPU, stream-ordered device memory on CUDA); a reducer
 // with no memory to give makes the call fail with std::invalid_argument naming
 // the algorithm.
@@ -48,7 +49,6 @@ inline Job reducingJob(Schedule schedule, const Params& prm, void* buf, DType dt
   const size_t n = prm.n, scratch = schedule.scratch;
   void* keep = nullptr;
   if (scratch > 0) {
-    RC_ASSERT(scratch <= n, schedule.name, ": scratch of ", scratch, " elements past ", n);
     job.owned = reducer.allocate(scratch * elementSize(dtype));
     RC_CHECK_ARG(job.owned != nullptr, "schedule '", schedule.name, "' needs ", scratch,
                  " elements of scratch memory, which this device does not provide: name "
@@ -61,7 +61,7 @@ inline Job reducingJob(Schedule schedule, const Params& prm, void* buf, DType dt
     const bool premul = red.premul;
     job.prologue = [&reducer, buf, n, dtype, factor, premul, keep, scratch] {
       if (premul) reducer.multiply(buf, n, dtype, factor);
-      if (keep) reducer.copy(keep, buf, scratch * elementSize(dtype), false);
+      if (keep) reducer.copy(keep, buf, std::min(scratch, n) * elementSize(dtype), false);
     };
   }
   job.schedule = std::move(schedule);

@@ -15,7 +15,7 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
       prologueDone_(!job_.prologue),
       elemSize_(elementSize(job_.dtype)),
       streaming_(job_.n * elemSize_ > reducer.streamingBytes()),
-      plan_(compilePlan(job_.schedule, segElems, job_.divideBy > 0)),
+      plan_(compilePlan(job_.schedule, segElems, job_.divideBy > 0, transport.rank())),
       state_(plan_.ops.size(), 0),
       chan_(plan_.channels.size()),
       remaining_(plan_.ops.size()),
@@ -132,10 +132,10 @@ const Region& Execution::region(size_t begin) const {
   return *(it - 1);
 }
 
-char* Execution::at(const PlanOp& op) const {
-  if (job_.regions.empty()) return static_cast<char*>(job_.buf) + op.begin * elemSize_;
-  const Region& r = region(op.begin);
-  return static_cast<char*>(r.ptr) + (op.begin - r.begin) * elemSize_;
+char* Execution::at(size_t elem) const {
+  if (job_.regions.empty()) return static_cast<char*>(job_.buf) + elem * elemSize_;
+  const Region& r = region(elem);
+  return static_cast<char*>(r.ptr) + (elem - r.begin) * elemSize_;
 }
 
 size_t Execution::bytes(const PlanOp& op) const { return op.count * elemSize_; }
@@ -325,6 +325,27 @@ void Execution::consume(const PlanOp& op, const void* view) {
   ++chan_[fci].sendNext;
 }
 
+// Local transfers (engine/plan.h), in plan order, each once what it reads and
+// writes is ready: a chain of them runs in one pass.
+bool Execution::runLocals() {
+  bool moved = false;
+  for (uint32_t i : plan_.locals) {
+    const PlanOp& op = plan_.ops[i];
+    if (state_[i] == 2 || !ready(op)) continue;
+    OpTrace* t = traced(i);
+    if (t) t->arrive = Tracer::now();
+    if (op.kind == OpKind::kLocalCopy) {
+      reducer_.copy(at(op), at(op.src), bytes(op), streaming_);
+    } else {
+      reducer_.reduce(at(op), at(op), at(op.src), op.count, job_.dtype, job_.op);
+    }
+    if (t) t->done = Tracer::now();
+    setDone(i);
+    moved = true;
+  }
+  return moved;
+}
+
 bool Execution::runFinishes() {
   bool moved = false;
   for (auto& i : plan_.finishes) {
@@ -386,6 +407,7 @@ bool Execution::progress() {
     for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {
       moved |= consumeRecvs(plan_.channels[ci], ci);
     }
+    moved |= runLocals();
     moved |= runFinishes();
   }
   for (size_t ci = 0; ci < plan_.channels.size(); ++ci) {

@@ -6,7 +6,8 @@
 // be done now without blocking: posts the sends whose elements are ready, announces
 // receives, consumes arrived messages (copies them in place, or reduces them in
 // place reading the transport's receive view directly, or reduces them straight into
-// the next outgoing message), runs finishing passes (AVG's division). drive()
+// the next outgoing message), runs local transfers and finishing passes (AVG's
+// division). drive()
 // alternates progress() with the transport's idle() until the job is done. Because
 // an Execution keeps all its state, one thread may start it and another finish it
 // (the backend runs small collectives on the caller's thread and hands them to its
@@ -144,11 +145,14 @@ class Execution {
   bool ready(const PlanOp& op) const;
   // The region holding element `begin` (job_.regions not empty).
   const Region& region(size_t begin) const;
-  char* at(const PlanOp& op) const;
+  // Where element `elem` of the buffer is; at(op): where op's elements are.
+  char* at(size_t elem) const;
+  char* at(const PlanOp& op) const { return at(op.begin); }
   size_t bytes(const PlanOp& op) const;
   bool postSends(Channel& c, size_t ci);
   bool postRecvs(Channel& c, size_t ci);
   bool consumeRecvs(Channel& c, size_t ci);
+  bool runLocals();
   bool runFinishes();
   bool progressWaves();
   // Stream-ordered: a receive-copy may land in place (not when checked).

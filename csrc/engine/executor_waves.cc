@@ -101,6 +101,9 @@ bool Execution::progressWaves() {
     ++waveConsumed_;
     return true;
   }
+  // Local transfers are reducer work, ordered on the device after the consumes
+  // they depend on, like a consume.
+  if (runLocals()) return true;
   if (runFinishes()) return true;
   // The join: a wave that only sends is never waited for by a receive, so without
   // it the job's end on the compute stream would not cover those sends, and the

@@ -8,7 +8,9 @@ namespace ringcoll::algo {
 
 namespace {
 
-bool reads(OpKind k) { return k != OpKind::kRecvCopy; }
+bool local(OpKind k) { return k == OpKind::kLocalCopy || k == OpKind::kLocalReduce; }
+// Of the elements [begin, begin + count): a local op also reads [src, src + count).
+bool reads(OpKind k) { return k != OpKind::kRecvCopy && k != OpKind::kLocalCopy; }
 bool writes(OpKind k) { return k != OpKind::kSend; }
 
 OpKind opKind(Kind k) {
@@ -35,6 +37,29 @@ void addSegments(std::vector<PlanOp>& ops, OpKind kind, int peer, int step, Rang
   }
 }
 
+// A step's local transfers (schedules/schedule.h): its k-th send to itself pairs
+// with its k-th receive from itself; each pair becomes local ops, segment by
+// segment, reading the send's range and writing the receive's.
+void addLocals(std::vector<PlanOp>& ops, const Step& st, int self, int step, size_t segElems) {
+  std::vector<const Transfer*> sends, recvs;
+  for (const Transfer& t : st.transfers) {
+    if (t.peer != self || t.range.empty()) continue;
+    (t.kind == Kind::kSend ? sends : recvs).push_back(&t);
+  }
+  RC_ASSERT(sends.size() == recvs.size(), "step ", step, ": ", sends.size(),
+            " local sends and ", recvs.size(), " local receives");
+  for (size_t k = 0; k < sends.size(); ++k) {
+    const Range from = sends[k]->range, to = recvs[k]->range;
+    RC_ASSERT(from.size() == to.size() && !from.overlaps(to), "step ", step,
+              ": local transfer of [", from.begin, ", ", from.end, ") into [", to.begin,
+              ", ", to.end, ")");
+    const size_t before = ops.size();
+    addSegments(ops, recvs[k]->kind == Kind::kRecvCopy ? OpKind::kLocalCopy : OpKind::kLocalReduce,
+                -1, step, to, segElems);
+    for (size_t i = before; i < ops.size(); ++i) ops[i].src = from.begin + (ops[i].begin - to.begin);
+  }
+}
+
 // Element intervals between all operation boundaries: every operation covers a
 // run of whole intervals, so "which earlier operations touch these elements" is a
 // walk over a few intervals instead of a search over all operations.
@@ -43,18 +68,22 @@ struct Intervals {
     for (const auto& op : ops) {
       cuts.push_back(op.begin);
       cuts.push_back(op.begin + op.count);
+      if (local(op.kind)) {
+        cuts.push_back(op.src);
+        cuts.push_back(op.src + op.count);
+      }
     }
     std::sort(cuts.begin(), cuts.end());
     cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
     lastWriter.assign(cuts.empty() ? 0 : cuts.size() - 1, -1);
     readers.resize(lastWriter.size());
   }
-  std::pair<size_t, size_t> of(const PlanOp& op) const {
-    const auto lo = std::lower_bound(cuts.begin(), cuts.end(), op.begin) - cuts.begin();
-    const auto hi = std::lower_bound(cuts.begin(), cuts.end(), op.begin + op.count) -
-        cuts.begin();
+  std::pair<size_t, size_t> of(size_t begin, size_t count) const {
+    const auto lo = std::lower_bound(cuts.begin(), cuts.end(), begin) - cuts.begin();
+    const auto hi = std::lower_bound(cuts.begin(), cuts.end(), begin + count) - cuts.begin();
     return {static_cast<size_t>(lo), static_cast<size_t>(hi)};
   }
+  std::pair<size_t, size_t> of(const PlanOp& op) const { return of(op.begin, op.count); }
   std::vector<size_t> cuts;
   std::vector<int64_t> lastWriter;              // per interval
   std::vector<std::vector<uint32_t>> readers;  // since the last write, per interval
@@ -62,15 +91,17 @@ struct Intervals {
 
 }  // namespace
 
-Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish) {
+Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish, int self) {
   RC_ASSERT(segElems > 0);
   Plan plan;
   auto& ops = plan.ops;
   for (size_t s = 0; s < schedule.steps.size(); ++s) {
     const Step& st = schedule.steps[s];
     for (const Transfer& t : st.transfers) {
+      if (t.peer == self) continue;
       addSegments(ops, opKind(t.kind), t.peer, static_cast<int>(s), t.range, segElems);
     }
+    addLocals(ops, st, self, static_cast<int>(s), segElems);
     if (finish) {
       for (const Range& r : st.reduced) {
         addSegments(ops, OpKind::kFinish, -1, static_cast<int>(s), r, segElems);
@@ -89,6 +120,11 @@ Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish) {
       if (iv.lastWriter[e] >= 0) mine.push_back(static_cast<uint32_t>(iv.lastWriter[e]));
       if (writes(op.kind)) mine.insert(mine.end(), iv.readers[e].begin(), iv.readers[e].end());
     }
+    // A local op also reads its source: after its last writer, before its next.
+    const auto [srcLo, srcHi] = local(op.kind) ? iv.of(op.src, op.count) : std::pair<size_t, size_t>{0, 0};
+    for (size_t e = srcLo; e < srcHi; ++e) {
+      if (iv.lastWriter[e] >= 0) mine.push_back(static_cast<uint32_t>(iv.lastWriter[e]));
+    }
     std::sort(mine.begin(), mine.end());
     mine.erase(std::unique(mine.begin(), mine.end()), mine.end());
     ops[i].depBegin = static_cast<uint32_t>(plan.deps.size());
@@ -103,6 +139,7 @@ Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish) {
         iv.readers[e].push_back(i);
       }
     }
+    for (size_t e = srcLo; e < srcHi; ++e) iv.readers[e].push_back(i);
   }
 
   // Forwarding candidates: a send of exactly a receive-reduce's elements that
@@ -122,7 +159,7 @@ Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish) {
     if (op.forward < 0) continue;
     bool live = false;
     for (uint32_t d : dependents[i]) {
-      if (static_cast<int32_t>(d) != op.forward && reads(ops[d].kind)) live = true;
+      if (static_cast<int32_t>(d) != op.forward && (reads(ops[d].kind) || local(ops[d].kind))) live = true;
     }
     const auto [lo, hi] = iv.of(op);
     for (size_t e = lo; e < hi && !live; ++e) {
@@ -142,6 +179,10 @@ Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish) {
       plan.finishes.push_back(i);
       continue;
     }
+    if (local(op.kind)) {
+      plan.locals.push_back(i);
+      continue;
+    }
     if (op.peer >= static_cast<int>(chanOf.size())) chanOf.resize(op.peer + 1, -1);
     if (chanOf[op.peer] < 0) {
       chanOf[op.peer] = static_cast<int>(plan.channels.size());
@@ -154,7 +195,7 @@ Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish) {
   // Waves: ops are in (step, transfer, segment) order; regroup by (step, segment).
   std::vector<uint32_t> byWave;
   for (uint32_t i = 0; i < ops.size(); ++i) {
-    if (ops[i].kind != OpKind::kFinish) byWave.push_back(i);
+    if (ops[i].kind != OpKind::kFinish && !local(ops[i].kind)) byWave.push_back(i);
   }
   std::stable_sort(byWave.begin(), byWave.end(), [&](uint32_t a, uint32_t b) {
     return std::make_pair(ops[a].step, ops[a].seg) < std::make_pair(ops[b].step, ops[b].seg);

@@ -15,6 +15,9 @@
 // So segment k of step s+1 leaves as soon as segment k of step s is reduced, while
 // segment k+1 of step s is still on its way.
 //
+// A local transfer's two ranges are cut the same way into local operations, which
+// read one range and write the other; they are in no channel and no wave.
+//
 // Waves: the operations of one step with the same segment index. A stream-ordered
 // transport (NCCL) gets one batch per wave, in wave order, on every rank, so that
 // every batch pairs with the same batch of its peers.
@@ -35,15 +38,18 @@
 
 namespace ringcoll::algo {
 
-enum class OpKind : uint8_t { kSend, kRecvCopy, kRecvReduce, kFinish };
+// kLocalCopy / kLocalReduce: a local transfer (schedules/schedule.h), elements
+// [src, src + count) copied or reduced into [begin, begin + count) on this rank.
+enum class OpKind : uint8_t { kSend, kRecvCopy, kRecvReduce, kFinish, kLocalCopy, kLocalReduce };
 
 struct PlanOp {
   OpKind kind = OpKind::kSend;
-  int peer = -1;     // kFinish: -1
+  int peer = -1;     // kFinish, kLocal*: -1
   int step = 0;
   uint32_t seg = 0;  // segment index within its transfer (or marked range)
   size_t begin = 0;  // elements
   size_t count = 0;
+  size_t src = 0;    // kLocal*: the first element read
   uint32_t depBegin = 0, depEnd = 0;  // into Plan::deps
   int32_t forward = -1;               // kRecvReduce: the send it may be written into
   bool localLive = true;              // kRecvReduce with forward: keep the in-place result
@@ -62,11 +68,13 @@ struct Plan {
   std::vector<uint32_t> deps;
   std::vector<Channel> channels;
   std::vector<uint32_t> finishes;  // kFinish ops, in order
+  std::vector<uint32_t> locals;    // kLocal* ops, in order
   std::vector<std::vector<uint32_t>> waves;  // transfers by (step, segment), in order
 };
 
 // `finish`: also plan a kFinish op on every range the schedule marks reduced.
+// `self`: the rank the schedule is for (its transfers with peer `self` are local).
 // Precondition: segElems > 0.
-Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish);
+Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish, int self);
 
 }  // namespace ringcoll::algo

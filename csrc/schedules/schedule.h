@@ -9,7 +9,7 @@
 //              nest: the quarters of [0, n) are the halves of its halves, which
 //              recursive halving needs and the ring's chunks (k = p) use;
 //   transfer - one send, or one receive that is copied or reduced into place, of
-//              one range with one peer;
+//              one range with one peer (or with the rank itself: local, below);
 //   step     - the transfers a rank does in one round, with any number of peers;
 //   segment  - the executor's slice of a transfer, at most RINGCOLL_CHUNK_BYTES,
 //              so staging memory stays bounded. Schedules never see segments.
@@ -27,10 +27,16 @@
 //     collective that finishes a reduction (AVG's division by p) does it there,
 //     once per element, before the range is sent on;
 //   * `result` is the range that holds the collective's output on this rank;
+//   * a transfer whose peer is the rank itself is local: the k-th such send of a
+//     step pairs with the k-th such receive of the same step, and the receive
+//     copies or reduces the sent range into its own (the same size, not
+//     overlapping) without a message. It lets a schedule fix the order in which a
+//     rank folds its own input in with the ones it received (one-shot);
 //   * `scratch` > 0 extends the buffer past n: elements [n, n + scratch) are memory
-//     the job provides, holding a copy of [0, scratch) taken before step 0 (once
-//     the ranks agreed, after PREMUL_SUM's scaling). An algorithm that must still
-//     send its input after it began reducing into it (one-shot) sends from there.
+//     the job provides; the first min(scratch, n) of them hold a copy of [0, n)
+//     taken before step 0 (once the ranks agreed, after PREMUL_SUM's scaling), the
+//     rest are written before they are read. An algorithm that must still send its
+//     input after it began reducing into it (one-shot) sends from the copy.
 //     Transfers may address [0, n + scratch); `result` and `reduced` lie in [0, n).
 //
 // A schedule knows no tensors, devices, streams or sockets, so it can be checked
@@ -100,7 +106,7 @@ struct Schedule {
   std::string name;
   std::vector<Step> steps;
   Range result;
-  size_t scratch = 0;  // elements past n, starting as a copy of [0, scratch) (above)
+  size_t scratch = 0;  // elements past n, the first n of them a copy of [0, n) (above)
 };
 
 }  // namespace ringcoll::algo

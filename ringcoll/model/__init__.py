@@ -20,6 +20,9 @@ ringcoll.model` judge):
                reduced  bytes it receives and reduces into place,
              and costs  alpha * msgs + beta * bytes + gamma * reduced  seconds.
              alpha and beta belong to the transport (shm, gloo), gamma to the dtype.
+             A local transfer (peer = the rank itself, as one-shot folds its own
+             input in) is no message: a local reduce pays gamma on its bytes, a
+             local copy is not counted.
   * steps    A step lasts as long as its slowest rank, and steps follow one another:
              a call costs  overhead + sum over steps of the step's time. The
              executor has no barrier between steps and pipelines segments across
@@ -296,10 +299,12 @@ def payments(tr: Transfers, elem: int, chunk_bytes: int, fingerprint: bool) -> P
     nb = (rows[:, 5] - rows[:, 4]) * elem
     header = bool(fingerprint and p > 1)
     step, rank, peer = rows[:, 1] + header, rows[:, 0], rows[:, 3]
-    msgs = -(-nb // seg)
-    reduced = np.where(rows[:, 2] == KINDS["recv_reduce"], nb, 0)
+    moved = peer != rank  # a local transfer moves nothing
+    msgs = np.where(moved, -(-nb // seg), 0)
+    reduced = np.where((rows[:, 2] == KINDS["recv_reduce"]), nb, 0)
+    nb = np.where(moved, nb, 0)
     if header:
-        pairs = _header_pairs(p, rank * p + peer)
+        pairs = _header_pairs(p, (rank * p + peer)[moved])
         k = len(pairs)
         step = np.concatenate([np.zeros(k, np.int64), step])
         rank = np.concatenate([pairs // p, rank])
