@@ -6,9 +6,13 @@ alone (`init_process_group("ringcoll")`, plain or under torchrun).
   first time a script names a backend it does not know; ringcoll is imported then,
   and only then.
 - `torch.backends` (torch 2.5 and later, unless TORCH_DEVICE_BACKEND_AUTOLOAD=0):
-  torch calls `at_torch_import()` at the end of `import torch`. Where torch has the
-  group above, this does nothing (`import torch` costs nothing more); before 2.14 it
-  imports ringcoll, which registers the backend.
+  torch calls `at_torch_import()` at the end of `import torch`; it imports
+  ringcoll, which registers the backend. setup.py declares it only for a torch
+  without the group above: torch fails `import torch` when such an entry point's
+  module is gone (an editable install whose checkout was deleted), and a lazy one
+  never runs for scripts that do not name ringcoll. Where it is declared anyway
+  (a build for 2.13 later run under 2.14), it does nothing on a torch that has the
+  lazy group.
 
 This module lives outside the `ringcoll` package so that torch can load it even
 when the package cannot be imported (an extension built for another torch): then

@@ -115,6 +115,22 @@ def _record_torch_version():
 
 _record_torch_version()
 
+
+def _entry_points():
+    """Both autoload groups (ringcoll_autoload.py), except that a torch which loads
+    backends lazily (torch.distributed.backends, 2.14+) gets only that group: torch
+    loads every `torch.backends` entry point at `import torch` and fails the import
+    when one cannot be found (an editable install whose checkout was moved or
+    deleted), which a lazy entry point cannot do to scripts that never name
+    ringcoll. The extension is built for one torch (ringcoll/_built_for.py), so the
+    build's torch decides."""
+    import torch.distributed as dist
+
+    groups = {"torch.distributed.backends": ["ringcoll = ringcoll_autoload:register"]}
+    if not hasattr(dist.Backend, "_ensure_backend_registered"):
+        groups["torch.backends"] = ["ringcoll = ringcoll_autoload:at_torch_import"]
+    return groups
+
 setup(
     name="ringcoll",
     version="0.1.0",
@@ -123,10 +139,7 @@ setup(
     # Outside the package: torch loads it even where the package cannot load.
     py_modules=["ringcoll_autoload"],
     # torch registers the backend by itself (ringcoll_autoload.py says how).
-    entry_points={
-        "torch.backends": ["ringcoll = ringcoll_autoload:at_torch_import"],
-        "torch.distributed.backends": ["ringcoll = ringcoll_autoload:register"],
-    },
+    entry_points=_entry_points(),
     ext_modules=[_extension()],
     cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.9",

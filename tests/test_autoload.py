@@ -35,7 +35,25 @@ SCRIPT = textwrap.dedent("""
 def _installed() -> bool:
     from importlib.metadata import entry_points
 
-    return any(ep.name == "ringcoll" for ep in entry_points(group="torch.backends"))
+    return any(ep.name == "ringcoll" for group in ("torch.backends", "torch.distributed.backends")
+               for ep in entry_points(group=group))
+
+
+def test_entry_points_fit_the_torch_built_for():
+    # torch.backends is loaded at every `import torch`: only where torch has no lazy
+    # group (before 2.14), since a dangling one (a deleted checkout) breaks the import.
+    from importlib.metadata import entry_points
+
+    import torch.distributed as dist
+
+    if not _installed():
+        pytest.skip("ringcoll is not pip-installed here (no entry points)")
+    lazy = hasattr(dist.Backend, "_ensure_backend_registered")
+    eager = [ep for ep in entry_points(group="torch.backends") if ep.name == "ringcoll"]
+    later = [ep for ep in entry_points(group="torch.distributed.backends")
+             if ep.name == "ringcoll"]
+    assert len(later) == 1 and later[0].value == "ringcoll_autoload:register"
+    assert len(eager) == (0 if lazy else 1), eager
 
 
 needs_install = pytest.mark.skipif(
