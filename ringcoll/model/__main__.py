@@ -1,6 +1,6 @@
 """python -m ringcoll.model: the cost model's predictions beside measured times.
 
-    python -m ringcoll.model --calibrate                 # fit this machine: bench-out/model-cpu.json
+    python -m ringcoll.model --calibrate     # fit this machine: bench-out/model-cpu.json
     python -m ringcoll.model --model benchmarks/results/model-cpu.json --nproc 2,3,4
     python -m ringcoll.model --from bench-out/model.json # re-render saved measurements
 
