@@ -1,4 +1,4 @@
-"""The README's "Failures" table, measured: each mistake of tests/test_failures.py
+"""The "Failures" table of docs/FAILURES.md, measured: each mistake of tests/test_failures.py
 run on 2 ranks with ringcoll and with gloo, and what every rank saw.
 
     python benchmarks/failures.py | tee benchmarks/results/failures-cpu.md

@@ -15,8 +15,14 @@ from __future__ import annotations
 try:
     import torch
     import torch.distributed as dist
-except ImportError as e:  # pragma: no cover - exercised only without torch
-    raise ImportError("ringcoll needs torch; install torch first") from e
+except ImportError as e:
+    import sys as _sys
+
+    # The usual cause: a Python other than the virtual environment's.
+    raise ImportError(
+        f"ringcoll needs torch, which this Python ({_sys.executable}) cannot import: "
+        "activate the virtual environment ringcoll was installed in (. .venv/bin/activate "
+        "in the checkout), or install torch into this one") from e
 
 try:
     from . import _C

@@ -1,6 +1,6 @@
 """The simulator: any registered schedule on a topology of hosts, with no processes.
 
-    python -m ringcoll.sim                     # the README table (8, 64, 1024 ranks)
+    python -m ringcoll.sim                     # the table of docs/MODEL.md (8, 64, 1024 ranks)
     python -m ringcoll.sim --algo rhd --collective all_reduce --hosts 16 --per-host 8 \
         --size 64M
 
@@ -159,7 +159,7 @@ def _simulate(tr: Transfers, collective, topo: Topology, n: int, dtype, checked)
     return Result(total, tr.steps, crit, checked)
 
 
-# The README table: two link classes, 8 ranks per host.
+# The table of docs/MODEL.md: two link classes, 8 ranks per host.
 INTRA = Link(alpha=1.5e-6, beta=8e-11)   # shared memory: ~1.5 us per message end, ~12 GB/s
 INTER = Link(alpha=2.5e-5, beta=1e-10)   # a 10 GB/s (80 Gb/s) network, 25 us per message end
 GAMMA = 1e-10                            # reducing float32: ~10 GB/s
@@ -194,7 +194,8 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m ringcoll.sim", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--algo", default=None, help="one algorithm (default: the README table)")
+    ap.add_argument("--algo", default=None,
+                    help="one algorithm (default: the table of docs/MODEL.md)")
     ap.add_argument("--collective", default="all_reduce")
     ap.add_argument("--hosts", type=int, default=1)
     ap.add_argument("--per-host", type=int, default=8)

@@ -139,3 +139,20 @@ def test_extension_for_another_torch_says_so(tmp_path):
     assert out.returncode != 0
     assert "ringcoll was built for torch 1.99.0" in out.stderr, out.stderr
     assert f"torch {torch.__version__} is installed" in out.stderr, out.stderr
+
+
+def test_without_torch_the_error_says_to_activate_the_venv(tmp_path):
+    """A Python that cannot import torch (the usual case: the venv is not active)
+    gets told which Python it is and to activate the venv (a copy of the package's
+    __init__.py behind a torch that fails to import)."""
+    pkg = tmp_path / "ringcoll"
+    pkg.mkdir()
+    shutil.copy(REPO / "ringcoll" / "__init__.py", pkg / "__init__.py")
+    (tmp_path / "torch").mkdir()
+    (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('No module named torch')\n")
+    out = subprocess.run([sys.executable, "-c", "import ringcoll"], capture_output=True,
+                         text=True, timeout=120, env=_env(PYTHONPATH=str(tmp_path)),
+                         cwd=tmp_path)
+    assert out.returncode != 0
+    assert "ringcoll needs torch" in out.stderr, out.stderr
+    assert sys.executable in out.stderr and "activate" in out.stderr, out.stderr

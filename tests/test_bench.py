@@ -277,6 +277,27 @@ def test_check_catches_a_wrong_result():
             assert corrupted == 1, name
 
 
+def future_warnings_of_each_record(rank, p):
+    """The FutureWarnings (torch's deprecated names) each record's call prints."""
+    import warnings
+
+    out = {}
+    for name, rec in records.RECORDS.items():
+        case = rec.build(rank, p, 6 * p, torch.float32, "sum", "cpu", True, None)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            case.run().wait()
+        out[name] = [str(w.message) for w in seen if issubclass(w.category, FutureWarning)]
+    return out
+
+
+def test_records_call_no_deprecated_torch_name():
+    """`python -m ringcoll.bench` prints no FutureWarning: the records call torch's
+    current names (all_gather_single, reduce_scatter_single)."""
+    for per_rank in mp.run_world(2, future_warnings_of_each_record):
+        assert per_rank == {name: [] for name in records.RECORDS}, per_rank
+
+
 def test_end_to_end_tiny(tmp_path, capsys):
     rc = main(["-b", "8", "-e", "1K", "-f", "128", "--nproc", "2", "--budget", "0.01",
                "-n", "3", "-R", "2", "-w", "1", "--transport", "gloo",

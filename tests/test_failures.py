@@ -1,6 +1,6 @@
 """Ranks that disagree about a collective, and groups torn down with work in flight.
 
-Each mistake of the README's "Failures" table runs here on both CPU transports:
+Each mistake of the table in docs/FAILURES.md runs here on both CPU transports:
 every rank must raise torch.distributed.DistBackendError naming both calls within a
 second, no rank may be killed, and no output may be written. Then abort(),
 shutdown() and destroy_process_group with a collective stuck on a peer that never

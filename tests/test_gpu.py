@@ -1,6 +1,6 @@
 """The GPU suite. Runs on a machine with a CUDA build of ringcoll:
 
-    python -m pytest tests/test_gpu.py            # see README "GPU tests"
+    python -m pytest tests/test_gpu.py            # see docs/GPU.md, "Running it on a GPU"
 
 * single-GPU part (>= 1 GPU): ringcoll's CUDA kernels against torch's own ops on
   one device, every dtype x op, sizes around the 16-byte pack boundaries, aligned,

@@ -511,3 +511,28 @@ def test_simulator_two_link_classes_and_1024_ranks():
         assert t2 > t1, a  # crossing hosts costs more on every algorithm
     big = sim.simulate("tree", "all_reduce", sim.Topology(128, 8, intra, inter), 1 << 20)
     assert big.steps == 20 and "sampled" in big.checked
+
+
+def test_calibrate_writes_an_untracked_file_unless_told():
+    """`python -m ringcoll.model --calibrate` never overwrites the committed
+    calibration by default: it writes under bench-out/ (git-ignored); --model names
+    any other path, the committed one included."""
+    import subprocess
+    from pathlib import Path
+
+    from ringcoll.model.__main__ import calibration_path, parse_args
+
+    repo = Path(__file__).resolve().parents[1]
+    default = calibration_path(parse_args(["--calibrate"]))
+    assert default == "bench-out/model-cpu.json"
+    tracked = "benchmarks/results/model-cpu.json"
+    assert (repo / tracked).exists() and default != tracked
+    try:
+        ignored = subprocess.run(["git", "check-ignore", "-q", default], cwd=repo,
+                                 capture_output=True).returncode
+    except OSError:
+        ignored = 128
+    if ignored not in (0, 1):  # no git, or not a clone: .gitignore's line will do
+        ignored = 0 if "/bench-out/" in (repo / ".gitignore").read_text().split() else 1
+    assert ignored == 0, f"{default} is not git-ignored"
+    assert calibration_path(parse_args(["--calibrate", "--model", tracked])) == tracked

@@ -150,6 +150,14 @@ def _all_reduce(rank, p, count, dtype, op, device, inplace, group) -> Case | Non
                 exp, reset)
 
 
+# torch's current names for the one-buffer all-gather and reduce-scatter; the old
+# ones (all_gather_into_tensor, reduce_scatter_tensor) print a FutureWarning. Both
+# reach the same backend method. A torch without the new names gets the old ones.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = (getattr(dist, "reduce_scatter_single", None)
+                          or dist.reduce_scatter_tensor)
+
+
 def _all_gather(rank, p, count, dtype, op, device, inplace, group) -> Case:
     m = count // p
     parts = [element_input(r, p, m, "sum", salt=r) for r in range(p)]
@@ -161,7 +169,7 @@ def _all_gather(rank, p, count, dtype, op, device, inplace, group) -> Case:
         inp.copy_(mine)
 
     reset()
-    return Case(lambda: dist.all_gather_into_tensor(out, inp, group=group, async_op=True), out,
+    return Case(lambda: _all_gather_single(out, inp, group=group, async_op=True), out,
                 torch.cat(parts).to(dtype).to(device), reset)
 
 
@@ -175,8 +183,8 @@ def _reduce_scatter(rank, p, count, dtype, op, device, inplace, group) -> Case:
     def reset():
         inp.copy_(src)
 
-    return Case(lambda: dist.reduce_scatter_tensor(out, inp, op=torch_op(op), group=group,
-                                                   async_op=True), out, exp, reset)
+    return Case(lambda: _reduce_scatter_single(out, inp, op=torch_op(op), group=group,
+                                               async_op=True), out, exp, reset)
 
 
 RECORDS = {

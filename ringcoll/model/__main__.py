@@ -1,6 +1,6 @@
 """python -m ringcoll.model: the cost model's predictions beside measured times.
 
-    python -m ringcoll.model --calibrate                 # fit this machine, write JSON
+    python -m ringcoll.model --calibrate     # fit this machine: bench-out/model-cpu.json
     python -m ringcoll.model --model benchmarks/results/model-cpu.json --nproc 2,3,4
     python -m ringcoll.model --from bench-out/model.json # re-render saved measurements
 
@@ -18,7 +18,9 @@ shared machine (ringcoll.model.measure).
 --calibrate: times gamma per dtype and copy, measures p = 2, 3 and 4 (3 and 4 ranks on
 this 2-core machine calibrate the price of ranks outnumbering cores), fits overhead,
 alpha, beta, wake, step per transport (ringcoll.model.fit) and writes the calibration
-JSON (default benchmarks/results/model-cpu.json; use it with RINGCOLL_MODEL=path).
+JSON to --model (default bench-out/model-cpu.json, an untracked path; the committed
+calibration, benchmarks/results/model-cpu.json, is replaced only when --model names
+it). Use it with RINGCOLL_MODEL=path.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ from . import COLLECTIVES, TRANSPORTS, Calibration, load, predict, save
 from . import auto as auto_mod
 from . import fit, measure
 
-DEFAULT_OUT = "benchmarks/results/model-cpu.json"
+# Untracked (bench-out/ is git-ignored): a calibration run never overwrites the
+# committed one (benchmarks/results/model-cpu.json) unless --model names it.
+DEFAULT_OUT = "bench-out/model-cpu.json"
 
 
 def _sizes(b, e, f):
@@ -104,8 +108,13 @@ def machine() -> str:
             f"{time.strftime('%Y-%m-%d %H:%M')}")
 
 
+def calibration_path(a) -> str:
+    """Where --calibrate writes the calibration JSON."""
+    return a.model or DEFAULT_OUT
+
+
 def calibrate(a) -> int:
-    out = a.model or DEFAULT_OUT
+    out = calibration_path(a)
     cores = os.cpu_count() or 1
     # Each the median of 5 timings with fresh buffers: on a shared VM one timing
     # was seen 2.5x off the others.
