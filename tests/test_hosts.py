@@ -1,5 +1,13 @@
 """Real hosts and real containers, made of Linux namespaces on this machine.
 
+Host identity: ranks use shared memory between them when they can open each
+other's probe file in /dev/shm, not when their host names agree. Two ranks with
+the same host name but a /dev/shm each (containers on one host, no --ipc=host)
+link over gloo; two with different host names over one /dev/shm (--ipc=host)
+link over shared memory. Each rank runs in namespaces of its own (`unshare -m`
+for a /dev/shm of its own, `unshare -u` for a host name of its own); they meet
+through a file store in the test's directory and over loopback.
+
 A /dev/shm too small for a group's segments (a container's default, or less): every
 rank's init_process_group raises a clear error naming the bytes needed, the bytes
 free and what to do, instead of a rank dying of SIGBUS mid-collective; and with a
@@ -112,3 +120,71 @@ def test_small_slots_fit_a_small_dev_shm(tmp_path):
     *ranks, codes = res
     assert codes["exitcodes"] == [0, 0], res
     assert all(r.get("ok") for r in ranks), res
+
+
+RANK = textwrap.dedent("""
+    import json, os, sys
+    import torch
+    import torch.distributed as dist
+    from datetime import timedelta
+    import ringcoll
+
+    rank, p, store = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    out = {"rank": rank}
+    try:
+        dist.init_process_group("ringcoll", init_method=f"file://{store}", rank=rank,
+                                world_size=p, timeout=timedelta(seconds=30))
+        out["links"] = list(dist.group.WORLD._get_backend(torch.device("cpu")).links)
+        x = torch.full((1000,), float(rank + 1))
+        dist.all_reduce(x)
+        out["ok"] = bool(torch.equal(x, torch.full((1000,), float(p * (p + 1) // 2))))
+        dist.destroy_process_group()
+    except Exception as e:
+        out["error"] = f"{type(e).__name__}: {e}"
+    print("RESULT " + json.dumps(out), flush=True)
+""")
+
+
+def _ranks_in_namespaces(tmp_path, setups):
+    """One process per rank, rank r inside `unshare <flags>` running `setups[r]`
+    (shell) before Python; returns each rank's result."""
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    store = tmp_path / "store"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    procs = []
+    for r, (flags, setup) in enumerate(setups):
+        cmd = ["unshare", *flags, "--propagation", "private", "sh", "-c",
+               f"{setup} && exec {sys.executable} {script} {r} {len(setups)} {store}"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env, cwd=tmp_path))
+    results = []
+    for r, pr in enumerate(procs):
+        try:
+            out, err = pr.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError(f"rank {r} did not finish in 120 s")
+        lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+        assert lines, f"rank {r}: no result (exit {pr.returncode}):\n{out}\n{err[-3000:]}"
+        results.append(json.loads(lines[-1][len("RESULT "):]))
+    return results
+
+
+@needs_namespaces
+def test_same_host_name_but_a_dev_shm_each_links_over_gloo(tmp_path):
+    # Before host identity by reachability: "opening rank 0's segment ...: No such file".
+    own_shm = "mount -t tmpfs -o size=64m tmpfs /dev/shm"
+    res = _ranks_in_namespaces(tmp_path, [(["-m"], own_shm), (["-m"], own_shm)])
+    assert all(r.get("ok") for r in res), res
+    assert [r["links"] for r in res] == [["", "gloo"], ["gloo", ""]], res
+
+
+@needs_namespaces
+def test_other_host_names_over_one_dev_shm_link_over_shared_memory(tmp_path):
+    res = _ranks_in_namespaces(tmp_path, [(["-u"], "hostname rc-probe-a"),
+                                          (["-u"], "hostname rc-probe-b")])
+    assert all(r.get("ok") for r in res), res
+    assert [r["links"] for r in res] == [["", "shm"], ["shm", ""]], res

@@ -86,7 +86,7 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   Topology topo;
   try {
     topo = exchangeTopology(rv, rank, size, knobs_.host.empty() ? thisHost() : knobs_.host,
-                            knobs_.shared());
+                            knobs_.shared(), /*probe=*/knobs_.host.empty());
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, "ringcoll: ", e.what());
   }

@@ -21,23 +21,51 @@ std::string thisHost() {
   return RC_STR(name, "/", boot);
 }
 
+namespace {
+// "<agreed>\n<host>\n<probe>" (knob values and host names hold no newline).
+std::vector<std::string> splitLines(const std::string& v) {
+  std::vector<std::string> out;
+  size_t b = 0;
+  for (size_t nl; (nl = v.find('\n', b)) != std::string::npos; b = nl + 1) {
+    out.push_back(v.substr(b, nl - b));
+  }
+  out.push_back(v.substr(b));
+  return out;
+}
+}  // namespace
+
 Topology exchangeTopology(Rendezvous& rv, int rank, int size, const std::string& host,
-                          const std::string& agreed) {
-  // One value per rank: "<agreed>\n<host>" (knob values hold no newline).
-  rv.set(RC_STR("ringcoll/host/", rank), agreed + "\n" + host);
+                          const std::string& agreed, bool probe) {
+  // Round 1: what every rank must agree on, its host name, its /dev/shm probe.
+  std::unique_ptr<ShmProbe> mine = probe ? std::make_unique<ShmProbe>() : nullptr;
+  rv.set(RC_STR("ringcoll/host/", rank),
+         RC_STR(agreed, "\n", host, "\n", mine ? mine->name() : std::string()));
   Topology t;
+  std::vector<std::string> probes;
   for (int r = 0; r < size; ++r) {
-    if (r == rank) {
-      t.hostOf.push_back(host);
-      continue;
+    const auto v = splitLines(rv.get(RC_STR("ringcoll/host/", r)));
+    RC_REQUIRE(v.size() == 3, "rank ", r, " published '", v[0],
+               "...' (another version of ringcoll?)");
+    RC_CHECK_ARG(v[0] == agreed, "ranks must use the same knobs: rank ", r, " has ", v[0],
+                 " but rank ", rank, " has ", agreed);
+    t.hostOf.push_back(v[1]);
+    probes.push_back(v[2]);
+  }
+  if (probe) {
+    // Round 2: a host is the ranks that share a /dev/shm, named after the lowest of
+    // them (every rank of one /dev/shm finds the same lowest rank), whatever the
+    // host names say.
+    int lowest = rank;
+    for (int r = 0; r < rank; ++r) {
+      if (!probes[r].empty() && ShmProbe::reachable(probes[r])) {
+        lowest = r;
+        break;
+      }
     }
-    const std::string v = rv.get(RC_STR("ringcoll/host/", r));
-    const size_t nl = v.find('\n');
-    RC_REQUIRE(nl != std::string::npos, "rank ", r, " published '", v,
-               "' (another version of ringcoll?)");
-    RC_CHECK_ARG(v.compare(0, nl, agreed) == 0, "ranks must use the same knobs: rank ", r,
-                 " has ", v.substr(0, nl), " but rank ", rank, " has ", agreed);
-    t.hostOf.push_back(v.substr(nl + 1));
+    rv.set(RC_STR("ringcoll/shm-host/", rank),
+           RC_STR(t.hostOf[lowest], " (/dev/shm of rank ", lowest, ")"));
+    for (int r = 0; r < size; ++r) t.hostOf[r] = rv.get(RC_STR("ringcoll/shm-host/", r));
+    // Every rank has probed once every rank published round 2: `mine` may go.
   }
   std::vector<std::string> hosts;  // in order of their lowest rank
   for (const auto& h : t.hostOf) {
@@ -49,7 +77,7 @@ Topology exchangeTopology(Rendezvous& rv, int rank, int size, const std::string&
     }
   }
   for (int r = 0; r < size; ++r) {
-    if (t.hostOf[r] == host) t.local.push_back(r);
+    if (t.hostOf[r] == t.hostOf[rank]) t.local.push_back(r);
   }
   return t;
 }

@@ -1,6 +1,6 @@
 // Where the ranks of a process group live, and the CPU transport that follows:
-// every rank publishes its host identity through the group's store; ranks with the
-// same identity share a host. The ring runs host by host (hosts in order of their
+// every rank publishes its host name and a /dev/shm probe through the group's
+// store; ranks that can open each other's probe share a host. The ring runs host by host (hosts in order of their
 // lowest rank, ranks ascending within a host), so it crosses each host boundary
 // once. Links: RINGCOLL_TRANSPORT=auto uses shared memory between ranks of one host
 // and gloo between hosts; `shm` and `gloo` force one for every link (`shm` across
@@ -24,14 +24,18 @@ struct Topology {
   std::vector<int> local;           // the ranks on this rank's host, ascending
 };
 
-// hostname and boot id: ranks that share both share /dev/shm.
+// hostname and boot id: what a host is called in messages and RINGCOLL_DEBUG.
 std::string thisHost();
 
-// `host`: this rank's identity (RINGCOLL_HOST, else thisHost()). `agreed`: what
+// `host`: this rank's host name (RINGCOLL_HOST, else thisHost()). `agreed`: what
 // every rank must have the same of (Knobs::shared()), sent along with it; a rank
 // whose value differs makes every rank throw std::invalid_argument naming both.
+// `probe`: ranks share a host when they can open each other's file in /dev/shm
+// (transport/shm_transport.h's ShmProbe), not when their names agree; the host is
+// then named "<name of its lowest rank> (/dev/shm of rank L)". Without it (a
+// RINGCOLL_HOST given, which pretends ranks live apart) the names decide.
 Topology exchangeTopology(Rendezvous& rv, int rank, int size, const std::string& host,
-                          const std::string& agreed);
+                          const std::string& agreed, bool probe);
 
 // The CPU transport of one backend (see above). `port`: gloo point-to-point over
 // the same ranks; chunkBytes: the largest message.

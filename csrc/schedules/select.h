@@ -24,14 +24,10 @@
 //
 // A bad value is a std::invalid_argument naming RINGCOLL_ALGO, the bad part and
 // what is accepted. An algorithm named for a collective it does not provide is
-// refused here. One name for everything stands where the default says ring: it is
-// applied to each collective as it is called, and one whose default is ring but
-// which the name does not provide is refused then (pick), so that RINGCOLL_ALGO=rhd
-// runs rhd's all-reduce and refuses a broadcast instead of silently running
-// another algorithm. Gather, scatter and all-to-all, which have their own default
-// (direct), run the named algorithm when it provides them and direct otherwise:
-// RINGCOLL_ALGO=ring (the default) or =rhd leaves them running direct, as before
-// they were selectable, while RINGCOLL_ALGO=direct refuses an all-reduce.
+// refused here. One name for everything (RINGCOLL_ALGO=rhd) applies to each
+// collective the algorithm provides, and leaves the others at their default (ring;
+// direct for gather, scatter and all-to-all), with a reason RINGCOLL_DEBUG prints:
+// a DDP script under RINGCOLL_ALGO=rhd runs rhd's all-reduce and ring's broadcast.
 //
 // The note says where a generated value came from: RINGCOLL_DEBUG prints it as the
 // reason of every choice the value makes. `auto` never reaches this parser: the
@@ -59,8 +55,7 @@ class Selector {
   // Throws std::invalid_argument on a bad value.
   explicit Selector(const std::string& value);
 
-  // The algorithm for collective c over `bytes` bytes. Throws std::invalid_argument
-  // if it does not provide c (only possible with one name for everything).
+  // The algorithm for collective c over `bytes` bytes (always one that provides c).
   Choice pick(Collective c, size_t bytes) const;
 
   const std::string& value() const { return value_; }

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 
@@ -310,6 +311,43 @@ void ShmTransport::idle(uint32_t token, Clock::time_point until) {
     if (bell_->token() != token || Clock::now() >= until) return;
     checkPeers();
   }
+}
+
+namespace {
+constexpr const char* kProbePrefix = "/ringcoll-probe-";
+}  // namespace
+
+ShmProbe::ShmProbe() {
+  uint64_t token = 0;
+  if (getrandom(&token, sizeof(token), 0) != static_cast<ssize_t>(sizeof(token))) return;
+  char name[64];
+  std::snprintf(name, sizeof(name), "%s%016llx", kProbePrefix,
+                static_cast<unsigned long long>(token));
+  const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return;
+  const bool written = ::write(fd, &token, sizeof(token)) == static_cast<ssize_t>(sizeof(token));
+  ::close(fd);
+  if (!written) {
+    shm_unlink(name);
+    return;
+  }
+  name_ = name;
+}
+
+ShmProbe::~ShmProbe() {
+  if (!name_.empty()) shm_unlink(name_.c_str());
+}
+
+bool ShmProbe::reachable(const std::string& name) {
+  const size_t prefix = std::strlen(kProbePrefix);
+  if (name.size() != prefix + 16 || name.compare(0, prefix, kProbePrefix) != 0) return false;
+  const uint64_t want = std::strtoull(name.c_str() + prefix, nullptr, 16);
+  const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd < 0) return false;
+  uint64_t got = 0;
+  const bool read = ::read(fd, &got, sizeof(got)) == static_cast<ssize_t>(sizeof(got));
+  ::close(fd);
+  return read && got == want;
 }
 
 }  // namespace ringcoll

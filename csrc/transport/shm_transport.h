@@ -113,4 +113,24 @@ class ShmTransport final : public Transport {
   bool unlinked_ = false;
 };
 
+// Proof that two ranks share a /dev/shm (engine/topology.cc): a small file there
+// named by a random token and holding it. A rank that can open another's probe
+// and read its token back shares that rank's /dev/shm, whatever the host names
+// say: two containers may share a host name and not /dev/shm, or share /dev/shm
+// (docker --ipc=host) under different host names.
+class ShmProbe {
+ public:
+  // Creates the file; on failure (no /dev/shm) name() is empty and no rank reaches it.
+  ShmProbe();
+  ~ShmProbe();  // removes it
+  ShmProbe(const ShmProbe&) = delete;
+  ShmProbe& operator=(const ShmProbe&) = delete;
+  const std::string& name() const { return name_; }
+  // Whether this process can open the probe called `name` and read its token.
+  static bool reachable(const std::string& name);
+
+ private:
+  std::string name_;
+};
+
 }  // namespace ringcoll
