@@ -4,6 +4,7 @@ benchmarks/hosts_netns.py).
     with TwoHosts() as hosts:                  # or TwoHosts.unavailable() -> reason
         hosts.shape("1gbit")                   # optional: tc tbf on both veth ends
         procs = [hosts.spawn(k, ["torchrun", ...], env, log) for k in (0, 1)]
+        # or, without torchrun: hosts.spawn_ranks(k, [python, script], env, 2, logdir)
 
 Each host is a network namespace of its own (`ip netns add rc-h<k>-<tag>`), joined to
 the other by a veth pair with addresses in a private /30 (10.213.<x>.1 and .2, never
@@ -13,9 +14,10 @@ loopback). A host's programs run in a shell started by
     ip netns exec rc-h<k>-<tag> unshare -m -u --propagation private sh -c '
         mount -t tmpfs -o size=<shm> tmpfs /dev/shm &&   # a /dev/shm of its own
         mount --bind <dir>/hosts /etc/hosts &&           # both host names -> veth
-        hostname rc-h<k>-<tag> && exec "$@"' ...
+        hostname rc-h<k>-<tag> || exit 97; exec "$@"' sh ARGV...
 
-so it has its own network, host name (UTS) and /dev/shm. The hosts file maps both host
+(spawn(); spawn_ranks() starts a host's ranks from one such shell instead, which
+waits on each by pid and prints its exit code), so it has its own network, host name (UTS) and /dev/shm. The hosts file maps both host
 names to their veth addresses: torchrun and gloo resolve the host's own name to pick
 the address they listen on, and would otherwise fall back to loopback. The boot id is
 the same in every namespace; ringcoll tells the hosts apart by host name.
