@@ -15,19 +15,35 @@ smaller RINGCOLL_CHUNK_BYTES the same /dev/shm carries 64 MiB all-reduces. Each 
 runs its ranks inside a mount namespace of its own (`unshare -m`) with a small tmpfs
 on /dev/shm; it is skipped, with the reason, where such a namespace cannot be made
 (not root, no unshare).
+
+Two hosts, for real (tests/netns.py builds them: a network namespace each, joined by
+a veth pair, with a host name and a /dev/shm of its own): 2 hosts x 2 ranks under
+`torchrun --nnodes 2 --nproc_per_node 2` with a c10d rendezvous on host 0's veth
+address run every collective with every algorithm that provides it, equal bit for
+bit to the exact values and to gloo's; RINGCOLL_DEBUG shows shared memory within a
+host and gloo between them, and a group whose ranks alternate between the hosts
+runs its ring host by host. Killing one host's ranks (SIGKILL) makes the other
+host's ranks raise at once naming them; cutting the link between the hosts makes
+them raise when the group's timeout runs out. Skipped, with the reason, where the
+namespaces cannot be made.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
+
+from tests.netns import TwoHosts
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -188,3 +204,211 @@ def test_other_host_names_over_one_dev_shm_link_over_shared_memory(tmp_path):
                                           (["-u"], "hostname rc-probe-b")])
     assert all(r.get("ok") for r in res), res
     assert [r["links"] for r in res] == [["", "shm"], ["shm", ""]], res
+# --------------------------------------------------------------------------------
+# two hosts: network namespaces joined by a veth pair (tests/netns.py)
+
+WORKER = REPO / "tests" / "hosts_worker.py"
+_unavailable: list = []  # the probe's answer, once per session
+
+
+@pytest.fixture
+def two_hosts():
+    if not _unavailable:
+        _unavailable.append(TwoHosts.unavailable())
+    if _unavailable[0] is not None:
+        pytest.skip(f"two hosts of namespaces cannot be made here: {_unavailable[0]}")
+    hosts = TwoHosts()
+    try:
+        hosts.open()
+        yield hosts
+    finally:
+        hosts.close()
+    assert not hosts.leftovers(), f"left behind: {hosts.leftovers()}"
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("RINGCOLL_", "GLOO_", "MASTER_", "TORCHELASTIC_", "NCCL_"))
+           and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", **extra)
+    return env
+
+
+def _wait(procs, timeout):
+    """Each process's exit code, None for one still running after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    codes = []
+    for pr in procs:
+        try:
+            codes.append(pr.wait(timeout=max(0.1, deadline - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            codes.append(None)
+    return codes
+
+
+def _results(out: Path) -> dict:
+    return {int(f.stem[4:]): json.loads(f.read_text()) for f in out.glob("rank*.json")}
+
+
+def _story(hosts: TwoHosts, out: Path, codes=None) -> str:
+    """Everything a failure needs: exit codes, every log, every rank's result."""
+    parts = [f"hosts {hosts.names} at {hosts.addrs}, exit codes {codes}"]
+    for log in sorted(list(hosts.dir.glob("*.log")) + list(out.glob("*.log"))):
+        parts.append(f"---- {log.name}\n{log.read_text(errors='replace')[-6000:]}")
+    for r, res in sorted(_results(out).items()):
+        parts.append(f"---- rank {r}: {json.dumps(res, indent=1)[:6000]}")
+    return "\n".join(parts)
+
+
+DEBUG_LINE = re.compile(r"\[ringcoll rank (\d+)/4\] RINGCOLL_ALGO=(\S*) .*RINGCOLL_TRACE=(\S*) "
+                        r"transport=(\S+) links=(\S+)")
+
+
+@needs_namespaces
+def test_two_hosts_torchrun_every_collective_and_algorithm(two_hosts):
+    h = two_hosts
+    out = h.dir / "out"
+    out.mkdir()
+    env = _env(RINGCOLL_DEBUG="1")
+    procs = []
+    for k in (0, 1):
+        # --node_rank is not given: the c10d rendezvous ignores it and numbers the
+        # hosts in the order they join.
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+                "--nproc_per_node", "2", "--rdzv_backend", "c10d",
+                "--rdzv_endpoint", f"{h.addrs[0]}:29400", "--rdzv_id", f"rc-{h.tag}",
+                "--rdzv_conf", "join_timeout=60", "--max_restarts", "0",
+                "--monitor_interval", "0.2", str(WORKER), "grid", str(out)]
+        procs.append(h.spawn(k, argv, env, h.dir / f"host{k}.log"))
+    codes = _wait(procs, 150)
+    story = _story(h, out, codes)
+    assert codes == [0, 0], story
+    res = _results(out)
+    assert sorted(res) == [0, 1, 2, 3], story
+    for r, x in res.items():
+        assert "error" not in x and x["failures"] == [], story
+        assert x["checks"] >= 120, story  # every collective of every algorithm ran
+        assert len(x["algorithms"]) >= 7, story
+
+    # Hosts: torchrun puts each host's two ranks side by side; which host gets
+    # ranks 0 and 1 is the rendezvous's choice.
+    host_of = [res[r]["hostname"] for r in range(4)]
+    assert sorted(host_of) == sorted(h.names * 2), story
+    assert host_of[0] == host_of[1] != host_of[2] == host_of[3], story
+    assert len({res[r]["host"] for r in range(4)}) == 2, story  # ringcoll's own identity
+
+    def want_links(me, hosts):
+        return ["" if q == me else "shm" if hosts[q] == hosts[me] else "gloo"
+                for q in range(4)]
+
+    for r in range(4):
+        assert res[r]["links"] == want_links(r, host_of), story
+
+    # RINGCOLL_DEBUG: every ringcoll group of every rank says shared memory within
+    # the host and gloo to the other host ("-": the rank itself).
+    logs = "".join((h.dir / f"host{k}.log").read_text(errors="replace") for k in (0, 1))
+    lines = DEBUG_LINE.findall(logs)
+    world = [ln for ln in lines if ln[2] == ""]
+    assert len(world) == 4 * (1 + len(res[0]["algorithms"])), story  # WORLD, one per algo
+    for rank, algo, _, transport, links in world:
+        want = ",".join(x or "-" for x in want_links(int(rank), host_of))
+        assert (transport, links) == ("shm+gloo", want), (rank, algo, transport, links)
+    for algo in res[0]["algorithms"]:
+        op = "allreduce" if algo != "direct" else "alltoall_base"  # all_to_all_single
+        assert re.search(rf"\] {op} \d+ B: {algo} \(RINGCOLL_ALGO={algo}\)", logs), algo
+
+    # The ring runs host by host: in a group whose ranks alternate between the hosts
+    # (group rank = local rank * 2 + host), a ring all-reduce sends only to the next
+    # rank of that order and receives only from the previous one.
+    inter = {x["interleaved"]["rank"]: (x["interleaved"], x["hostname"]) for x in res.values()}
+    g_host = [inter[i][1] for i in range(4)]
+    assert g_host[0] == g_host[2] != g_host[1] == g_host[3], story
+    order = [0, 2, 1, 3]
+    for i, (x, _) in inter.items():
+        at = order.index(i)
+        assert x["ok"] and x["links"] == want_links(i, g_host), story
+        assert x["sends_to"] == [order[(at + 1) % 4]], story
+        assert x["recvs_from"] == [order[(at - 1) % 4]], story
+    inter_lines = [ln for ln in lines if ln[2] != ""]
+    assert sorted(int(ln[0]) for ln in inter_lines) == [0, 1, 2, 3], story
+    for rank, _, _, transport, links in inter_lines:
+        want = ",".join(x or "-" for x in want_links(int(rank), g_host))
+        assert (transport, links) == ("shm+gloo", want), (rank, transport, links)
+
+
+def _kill_world(h: TwoHosts, timeout_s: int):
+    """Ranks 0-1 on host 0 and 2-3 on host 1, all-reducing in a loop; returns
+    (procs, out, pids of the ranks once each has done a few all-reduces)."""
+    out = h.dir / "out"
+    out.mkdir()
+    env = _env(GROUP_TIMEOUT_S=str(timeout_s), SURVIVORS="0,1", MASTER_PORT="29500")
+    argv = [sys.executable, str(WORKER), "kill", str(out)]
+    procs = [h.spawn_ranks(k, argv, env, 2, out) for k in (0, 1)]
+    deadline = time.monotonic() + 90
+    while len(list(out.glob("running*"))) < 4 and time.monotonic() < deadline:
+        if any(pr.poll() is not None for pr in procs):
+            break
+        time.sleep(0.05)
+    pids = {int(f.name[len("running"):]): int(f.read_text()) for f in out.glob("running*")}
+    assert sorted(pids) == [0, 1, 2, 3], _story(h, out, [pr.poll() for pr in procs])
+    return procs, out, pids
+
+
+def _survivors(h, out, procs, cut_at, timeout_s):
+    """Host 0's ranks: exit 1 after raising within the timeout; their results."""
+    codes = _wait(procs[:1], timeout_s + 30)
+    story = _story(h, out, codes)
+    assert codes == [0], story
+    shell = (out / "host0.log").read_text()
+    assert "rank 0 exit 1" in shell and "rank 1 exit 1" in shell, story
+    res = _results(out)
+    for r in (0, 1):
+        x = res.get(r, {})
+        assert "raised" in x and "error" not in x, story
+        assert x["raised"].startswith("DistBackendError: ringcoll::allreduce #"), story
+        assert x["raised_at"] - cut_at < timeout_s + 2, story
+        assert "destroy_seconds" in x, story
+    return res, story
+
+
+def _names_host1(msg: str) -> bool:
+    """The message names rank 2 or 3 (past its own "(rank R of 4): " label)."""
+    return re.search(r"\brank [23]\b", msg.split("): ", 1)[1]) is not None
+
+
+@needs_namespaces
+def test_two_hosts_killed_host_is_named_at_once(two_hosts):
+    h = two_hosts
+    procs, out, pids = _kill_world(h, timeout_s=10)
+    on_host1 = set(h.pids(1))
+    assert {pids[2], pids[3]} <= on_host1 and not {pids[0], pids[1]} & on_host1
+    cut_at = time.time()
+    for r in (2, 3):
+        os.kill(pids[r], signal.SIGKILL)
+    res, story = _survivors(h, out, procs, cut_at, 10)
+    assert _wait(procs[1:], 10) == [0], story
+    shell1 = (out / "host1.log").read_text()
+    assert "rank 2 exit 137" in shell1 and "rank 3 exit 137" in shell1, story  # SIGKILL
+    for r in (0, 1):
+        msg = res[r]["raised"]
+        # the peer's closed connection (gloo), or another survivor's report of it
+        assert _names_host1(msg) and ("failed (gloo:" in msg or "exited" in msg), story
+        assert res[r]["raised_at"] - cut_at < 3, story  # at once, not at the timeout
+
+
+@needs_namespaces
+def test_two_hosts_cut_link_times_out_naming_a_peer(two_hosts):
+    h = two_hosts
+    procs, out, pids = _kill_world(h, timeout_s=5)
+    cut_at = time.time()
+    subprocess.run(["ip", "-n", h.names[1], "link", "set", h.veths[1], "down"],
+                   check=True, timeout=20)
+    res, story = _survivors(h, out, procs, cut_at, 5)
+    msgs = [res[r]["raised"] for r in (0, 1)]
+    for r in (0, 1):
+        assert "Timed out after 5000 ms" in msgs[r], story
+        assert re.search(r"waiting for rank \d", msgs[r]), story
+        assert res[r]["raised_at"] - res[r]["last_ok"] >= 4.9, story
+    # The rank whose gloo peer is on the other host names it; its neighbour, which
+    # waits on it over shared memory, may name that neighbour instead.
+    assert any(_names_host1(m) for m in msgs), story
