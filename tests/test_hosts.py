@@ -412,3 +412,61 @@ def test_two_hosts_cut_link_times_out_naming_a_peer(two_hosts):
     # The rank whose gloo peer is on the other host names it; its neighbour, which
     # waits on it over shared memory, may name that neighbour instead.
     assert any(_names_host1(m) for m in msgs), story
+
+
+LEAVER = textwrap.dedent("""
+    import json, os, sys, time
+    import torch
+    import torch.distributed as dist
+    from datetime import timedelta
+    import ringcoll
+
+    rank, store = int(sys.argv[1]), sys.argv[2]
+    out = {"rank": rank, "pid": os.getpid()}
+    dist.init_process_group("ringcoll", init_method=f"file://{store}", rank=rank,
+                            world_size=2, timeout=timedelta(seconds=60))
+    out["links"] = list(dist.group.WORLD._get_backend(torch.device("cpu")).links)
+    x = torch.ones(1000)
+    dist.all_reduce(x)
+    if rank == 1:
+        print("RESULT " + json.dumps(out), flush=True)
+        os._exit(0)  # leaves while rank 0 waits for it in the next all-reduce
+    t0 = time.monotonic()
+    try:
+        dist.all_reduce(x)
+        out["error"] = "no error"
+    except Exception as e:
+        out["error"] = f"{type(e).__name__}: {e}"
+    out["seconds"] = time.monotonic() - t0
+    print("RESULT " + json.dumps(out), flush=True)
+    os._exit(0)
+""")
+
+
+@needs_namespaces
+def test_a_peer_in_another_pid_namespace_that_exits_is_named_at_once(tmp_path):
+    # Each rank in a PID namespace of its own (both are pid 1 there) over one
+    # /dev/shm: a pid means nothing to the other rank, so liveness must not use it.
+    script = tmp_path / "leaver.py"
+    script.write_text(LEAVER)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
+    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
+    procs = [subprocess.Popen(["unshare", "-p", "-f", "--mount-proc", sys.executable,
+                               str(script), str(r), str(tmp_path / "store")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env, cwd=tmp_path) for r in range(2)]
+    res = []
+    for r, pr in enumerate(procs):
+        try:
+            out, err = pr.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise AssertionError(f"rank {r} did not finish in 120 s")
+        lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
+        assert lines, f"rank {r}: no result (exit {pr.returncode}):\n{out}\n{err[-3000:]}"
+        res.append(json.loads(lines[-1][len("RESULT "):]))
+    assert [r["pid"] for r in res] == [1, 1], res  # really in namespaces of their own
+    assert res[0]["links"] == ["", "shm"], res
+    assert "rank 1 (pid 1) exited" in res[0]["error"], res
+    assert res[0]["seconds"] < 20, res  # at once, not at the 60 s timeout

@@ -1,12 +1,10 @@
 #include "transport/shm_transport.h"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,9 +16,6 @@
 
 #include "common/errors.h"
 
-#ifndef SYS_pidfd_open
-#define SYS_pidfd_open 434
-#endif
 
 namespace ringcoll {
 
@@ -31,6 +26,16 @@ constexpr size_t kPage = 4096;
 size_t roundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 std::string sysError(const char* what) { return RC_STR(what, ": ", std::strerror(errno)); }
+
+// The liveness lock (shm_transport.h): byte 0 of a segment's file, for writing.
+flock livenessLock(short type) {
+  flock l{};
+  l.l_type = type;
+  l.l_whence = SEEK_SET;
+  l.l_start = 0;
+  l.l_len = 1;
+  return l;
+}
 
 uint64_t randomToken() {
   uint64_t t = 0;
@@ -127,12 +132,18 @@ ShmTransport::ShmTransport(Rendezvous& rv, int rank, int size, const std::vector
     const bool sized = ftruncate(fd, static_cast<off_t>(total)) == 0;
     void* base = sized ? mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
                        : MAP_FAILED;
+    flock lock = livenessLock(F_WRLCK);
+    const bool locked = base != MAP_FAILED && fcntl(fd, F_SETLK, &lock) == 0;
     const int err = errno;
-    close(fd);
+    if (!locked) {
+      if (base != MAP_FAILED) munmap(base, total);
+      close(fd);
+      shm_unlink(name_.c_str());
+    }
     errno = err;
-    if (base == MAP_FAILED) shm_unlink(name_.c_str());
-    RC_REQUIRE(base != MAP_FAILED,
-                 sysError(RC_STR("ringcoll shm: mapping ", total, " bytes").c_str()));
+    RC_REQUIRE(locked, sysError(RC_STR("ringcoll shm: mapping and locking ", total,
+                                       " bytes").c_str()));
+    fd_ = fd;  // kept open: closing it would drop the lock
     mine_ = Segment{base, total};
     auto* h = new (base) Header{kMagic, token, rank, localCount_, static_cast<int32_t>(getpid()),
                                 kSlots, slotBytes_, {}};
@@ -158,17 +169,17 @@ ShmTransport::ShmTransport(Rendezvous& rv, int rank, int size, const std::vector
       const bool ok = fstat(pfd, &st) == 0 && static_cast<size_t>(st.st_size) == total;
       void* pbase = ok ? mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, pfd, 0)
                        : MAP_FAILED;
-      close(pfd);
+      if (pbase == MAP_FAILED) close(pfd);
       RC_REQUIRE(pbase != MAP_FAILED, "ringcoll shm: cannot map rank ", peer,
                    "'s segment ", name, " (", total, " bytes expected)");
       l.seg = Segment{pbase, total};
+      l.fd = pfd;  // for the peer's liveness lock
       const Header* ph = l.seg.header();
       RC_REQUIRE(ph->magic == kMagic && ph->token == token && ph->rank == peer &&
                        ph->localCount == localCount_ && ph->slotBytes == slotBytes_,
                    "ringcoll shm: rank ", peer, "'s segment ", name,
                    " does not match this group (different knobs on different ranks?)");
       l.pid = ph->pid;
-      l.pidfd = static_cast<int>(syscall(SYS_pidfd_open, l.pid, 0));  // -1: no checks
     }
     // Everybody has mapped everything: the names can go.
     rv.set(RC_STR("ringcoll/shm/mapped/", rank), "1");
@@ -181,9 +192,10 @@ ShmTransport::ShmTransport(Rendezvous& rv, int rank, int size, const std::vector
     if (!unlinked_ && mine_.base != nullptr) shm_unlink(name_.c_str());
     for (auto& l : links_) {
       if (l.seg.base != nullptr && l.seg.base != mine_.base) munmap(l.seg.base, l.seg.bytes);
-      if (l.pidfd >= 0) close(l.pidfd);
+      if (l.fd >= 0) close(l.fd);
     }
     if (mine_.base != nullptr) munmap(mine_.base, mine_.bytes);
+    if (fd_ >= 0) close(fd_);
     throw;
   }
 }
@@ -192,10 +204,11 @@ ShmTransport::~ShmTransport() {
   if (!unlinked_) shm_unlink(name_.c_str());
   for (auto& l : links_) {
     if (l.seg.base != nullptr) munmap(l.seg.base, l.seg.bytes);
-    if (l.pidfd >= 0) close(l.pidfd);
+    if (l.fd >= 0) close(l.fd);
   }
   bell_.reset();
   if (mine_.base != nullptr) munmap(mine_.base, mine_.bytes);
+  if (fd_ >= 0) close(fd_);  // drops the liveness lock
 }
 
 ShmTransport::Mailbox* ShmTransport::mailbox(const Segment& seg, int senderLocal) const {
@@ -286,15 +299,15 @@ void ShmTransport::releaseRecv(int peer) {
 void ShmTransport::checkPeers() {
   for (size_t peer = 0; peer < links_.size(); ++peer) {
     Link& l = links_[peer];
-    if (l.pidfd < 0 || l.exitReported) continue;
+    if (l.fd < 0 || l.exitReported) continue;
     // What this rank waits for from the peer: receives posted beyond the messages
     // already in its mailbox (they outlive the sender), or a free slot to send.
     const uint64_t arrived =
         mailbox(mine_, l.localIndex)->written.load(std::memory_order_acquire) - l.consumed;
     const bool owed = l.expected.size() - l.expectedHead > arrived || l.sendBlocked;
     if (!owed) continue;
-    pollfd pfd{l.pidfd, POLLIN, 0};
-    if (poll(&pfd, 1, 0) > 0 && (pfd.revents & POLLIN)) {
+    flock probe = livenessLock(F_WRLCK);
+    if (fcntl(l.fd, F_GETLK, &probe) == 0 && probe.l_type == F_UNLCK) {
       l.exitReported = true;
       throw PeerError(static_cast<int>(peer),
                       RC_STR("rank ", peer, " (pid ", l.pid, ") exited"));

@@ -19,9 +19,15 @@
 // memory goes away with the last process that maps it. Slots are sparse: pages are
 // only used once a peer writes them.
 //
-// A peer that exits is noticed while waiting (a pidfd per peer, checked between
-// sleeps) and reported, once, as PeerError naming it, instead of waiting out the
-// timeout.
+// A peer that exits is noticed while waiting and reported, once, as PeerError
+// naming it, instead of waiting out the timeout. Liveness is a record lock: every
+// rank holds a write lock on its own segment's file for as long as its transport
+// lives, and keeps a descriptor of each peer's segment; the kernel drops a lock
+// when its process dies, so a peer whose lock is gone (F_GETLK, checked between
+// sleeps) has exited. Unlike a pid, this works between PID namespaces (containers
+// sharing /dev/shm with --ipc=host), and a process forked from a rank inherits no
+// record lock, so a data loader worker that outlives its rank does not keep it
+// "alive".
 #pragma once
 
 #include <atomic>
@@ -85,8 +91,8 @@ class ShmTransport final : public Transport {
   struct Link {  // with one local peer
     int localIndex = -1;
     Segment seg;          // the peer's segment
-    int pidfd = -1;
-    int pid = 0;
+    int fd = -1;   // the peer's segment, for its lock (-1 once the peer exited)
+    int pid = 0;   // in the peer's own PID namespace: for messages only
     bool exitReported = false;
     bool sendBlocked = false;  // the last send to it found its ring full
     uint64_t written = 0;   // messages this rank published to the peer
@@ -107,6 +113,7 @@ class ShmTransport final : public Transport {
   int localCount_ = 0;
   int myLocal_ = -1;
   std::string name_;
+  int fd_ = -1;  // this rank's segment, holding its liveness lock
   Segment mine_;
   std::vector<Link> links_;         // by rank; localIndex < 0 for remote ranks
   std::unique_ptr<Doorbell> bell_;
