@@ -41,6 +41,8 @@ def _child(rank, world_size, store_path, fn, args, results, init_backend, pg_tim
         import ringcoll  # noqa: F401  registers the backend
 
         torch.set_num_threads(1)
+        if "TORCH_DISTRIBUTED_DEBUG" in env:  # read at import, before env was set
+            dist.set_debug_level_from_env()
         if init_backend:
             dist.init_process_group(
                 init_backend,
