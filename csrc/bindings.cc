@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "backend/checks.h"
+#include "backend/flight_recorder.h"
 #include "common/knobs.h"
 #include "engine/collectives.h"
 #include "engine/plan.h"
@@ -49,10 +50,14 @@ ringcoll::Knobs loadKnobs(const std::map<std::string, std::string>& overrides) {
 c10::intrusive_ptr<c10d::Backend> createBackend(
     const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, double timeoutSeconds,
     const c10::intrusive_ptr<c10d::Backend>& p2p,
-    const std::map<std::string, std::string>& overrides, const std::string& group) {
+    const std::map<std::string, std::string>& overrides, const std::string& group,
+    const std::vector<int64_t>& globalRanks) {
   const ringcoll::Knobs knobs = loadKnobs(overrides);
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeoutSeconds * 1000));
-  return c10::make_intrusive<RingcollBackend>(store, rank, size, timeout, p2p, knobs, group);
+  TORCH_CHECK(globalRanks.empty() || static_cast<int>(globalRanks.size()) == size,
+              "ringcoll: ", globalRanks.size(), " global ranks for a group of ", size);
+  return c10::make_intrusive<RingcollBackend>(store, rank, size, timeout, p2p, knobs, group,
+                                              globalRanks);
 }
 
 // A collective by either of its names (schedules/registry.h).
@@ -355,7 +360,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("create_backend", &createBackend, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout_seconds"), py::arg("p2p"),
         py::arg("overrides") = std::map<std::string, std::string>{}, py::arg("group") = "",
+        py::arg("global_ranks") = std::vector<int64_t>{},
         py::call_guard<py::gil_scoped_release>());
+  // The flight recorder (backend/flight_recorder.h): its dump as bytes, or written
+  // to torch's dump file of `global_rank`.
+  m.def("flight_recorder_enabled", [] { return ringcoll::FlightRecorder::get().enabled(); });
+  m.def("flight_recorder_dump", [](bool onlyActive) {
+    return py::bytes(ringcoll::FlightRecorder::get().dump(onlyActive));
+  }, py::arg("only_active") = false);
+  m.def("flight_recorder_write", [](int globalRank) {
+    return ringcoll::FlightRecorder::get().write(globalRank, /*once=*/false);
+  }, py::arg("global_rank"), py::call_guard<py::gil_scoped_release>());
   m.def("knobs", [](const std::map<std::string, std::string>& overrides) {
     return loadKnobs(overrides).describe();
   }, py::arg("overrides") = std::map<std::string, std::string>{});

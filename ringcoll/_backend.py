@@ -90,4 +90,9 @@ def create_backend(dist_backend_opts, backend_options):
     p2p = dist.ProcessGroupGloo(dist.PrefixStore(_P2P_PREFIX, store), rank, size, timeout)
     # The group's id names its trace files (RINGCOLL_TRACE); "" on a torch without it.
     group = str(getattr(dist_backend_opts, "group_id", "") or "")
-    return _C.create_backend(store, rank, size, timeout.total_seconds(), p2p, overrides, group)
+    # Each rank's rank in the default group (the flight recorder's dumps name them).
+    global_ranks = list(getattr(dist_backend_opts, "global_ranks_in_group", None) or [])
+    if len(global_ranks) != size:
+        global_ranks = []
+    return _C.create_backend(store, rank, size, timeout.total_seconds(), p2p, overrides, group,
+                             global_ranks)

@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include "backend/cpu_stream_device.h"
+#include "backend/flight_recorder.h"
 #include "backend/gloo_port.h"
 #include "backend/work.h"
 #include "common/errors.h"
@@ -48,6 +49,7 @@ struct RingcollBackend::CpuTask {
   c10::intrusive_ptr<RingcollWork> work;
   Body body;
   std::string label;
+  int64_t fr = -1;  // its flight-recorder entry
   algo::Fingerprint fp;  // seq and rank set; the algorithm once the body ran
   std::chrono::milliseconds timeout;
   std::optional<Staged> staged;
@@ -60,7 +62,7 @@ struct RingcollBackend::CpuTask {
 RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout,
                                  c10::intrusive_ptr<c10d::Backend> p2p, Knobs knobs,
-                                 const std::string& group)
+                                 const std::string& group, std::vector<int64_t> globalRanks)
     : c10d::Backend(rank, size),
       store_(store),
       knobs_(std::move(knobs)),
@@ -69,6 +71,15 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
       timeout_(timeout),
       p2p_(std::move(p2p)) {
   TORCH_CHECK(p2p_, "ringcoll: backend created without its point-to-point group");
+  {
+    std::vector<uint64_t> ranks;
+    for (int r = 0; r < size; ++r) {
+      ranks.push_back(globalRanks.empty() ? static_cast<uint64_t>(r)
+                                          : static_cast<uint64_t>(globalRanks.at(r)));
+    }
+    globalRank_ = static_cast<int>(ranks.at(rank));
+    frGroup_ = FlightRecorder::get().addGroup(group.empty() ? "0" : group, std::move(ranks));
+  }
   TORCH_CHECK(p2p_->getRank() == rank && p2p_->getSize() == size,
               "ringcoll: point-to-point group is rank ", p2p_->getRank(), " of ",
               p2p_->getSize(), " but the backend is rank ", rank, " of ", size);
@@ -168,6 +179,9 @@ void RingcollBackend::stop(Stop how) {
   while (prev < static_cast<int>(how) &&
          !stop_.compare_exchange_weak(prev, static_cast<int>(how))) {
   }
+  // abort() is the usual rescue of a hung job: the flight recorder dumps what this
+  // rank was doing first (once per process, when it records).
+  if (how == Stop::kAbort) FlightRecorder::get().write(globalRank_, /*once=*/true);
   // Joining the worker (and the CUDA watchdog) can wait on the GIL: their last
   // references to user tensors may be Python-owned, and dropping those needs the
   // GIL. destroy_process_group frees the backend with the GIL held, so release it
@@ -326,17 +340,36 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
   throwIfStopped(label);
   fp.seq = seq;
   fp.rank = getRank();
+  FlightRecorder& recorder = FlightRecorder::get();
+  int64_t fr = -1;
+  if (recorder.enabled()) {
+    recorder.setGroupDesc(frGroup_, getGroupDesc());
+    fr = recorder.record(frGroup_, seq, op, inputs, outputs, timeout);
+  }
   const at::Tensor* first = !inputs.empty() ? &inputs[0] : (!outputs.empty() ? &outputs[0] : nullptr);
   if (first && (first->is_cuda() || knobs_.transport == "stream")) {
     std::shared_ptr<StreamPath> path = streamPathFor(*first, op, label);
     auto work = path->launch(type, traceTag(op, seq), label, seq, fp, timeout, inputs,
                              std::move(outputs), body);
+    // Started once enqueued. Completed when its future is, for CPU tensors (the
+    // emulation); a CUDA collective completes on the device, where the recorder
+    // does not look, so its entry stays "started".
+    recorder.started(fr);
+    if (fr >= 0 && !first->is_cuda()) {
+      work->getFuture()->addCallback([fr](c10::ivalue::Future& f) {
+        if (f.hasError()) {
+          FlightRecorder::get().failed(fr, -1);
+        } else {
+          FlightRecorder::get().completed(fr);
+        }
+      });
+    }
     afterCollective();
     noteCoalesced(work);
     return work;
   }
   auto work = launchCpu(type, op, label, seq, fp, std::move(outputs), bytes, timeout,
-                        std::move(body));
+                        std::move(body), fr);
   noteCoalesced(work);
   return work;
 }
@@ -373,7 +406,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, con
                                                           std::vector<at::Tensor> outputs,
                                                           size_t bytes,
                                                           std::chrono::milliseconds timeout,
-                                                          Body body) {
+                                                          Body body, int64_t fr) {
   // stop() frees the worker and the executor only once no launch holds this.
   std::shared_lock<std::shared_mutex> lock(cpuMutex_);
   throwIfStopped(label);
@@ -389,6 +422,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, con
       });
   task->body = std::move(body);
   task->label = label;
+  task->fr = fr;
   task->fp = fp;
   task->timeout = timeout;
   task->tag = traceTag(op, seq);
@@ -416,6 +450,7 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
       }
       throwIfStopped(t.label);  // queued before abort()/shutdown()
       t.started = Clock::now();
+      FlightRecorder::get().started(t.fr);
       t.staged = t.body(*executor_);
       algo::Job& job = t.staged->job;
       if (knobs_.fingerprint) {
@@ -446,9 +481,14 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
     }
     t.exec.reset();
     t.staged.reset();
+    FlightRecorder::get().completed(t.fr);
     t.work->finish();
     afterCollective();
   } catch (const PeerError& e) {
+    // The flight recorder's dump on failure (once per process): what every rank
+    // was doing, for torchfrtrace.
+    FlightRecorder::get().failed(t.fr, e.peer());
+    FlightRecorder::get().write(globalRank_, /*once=*/true);
     std::string msg = c10::str(t.label, ": ", e.what());
     const bool mismatch = dynamic_cast<const MismatchError*>(&e) != nullptr;
     if (!mismatch && dynamic_cast<const ReportedError*>(&e) == nullptr) {
@@ -473,6 +513,7 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
       t.work->finishWithError(std::current_exception());
     }
   } catch (...) {
+    FlightRecorder::get().failed(t.fr, -1);
     t.work->finishWithError(std::current_exception());
   }
   return true;

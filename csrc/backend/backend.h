@@ -88,10 +88,12 @@ class RingcollBackend final : public c10d::Backend {
  public:
   // `p2p`: a gloo process group over the same ranks, used by the gloo transports
   // (collectives' and point-to-point's). `group`: the process group's id (names its
-  // trace files).
+  // trace files and its flight-recorder entries). `globalRanks`: the default
+  // group's rank of each of this group's ranks (empty: the same).
   RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                   std::chrono::milliseconds timeout, c10::intrusive_ptr<c10d::Backend> p2p,
-                  Knobs knobs, const std::string& group = "");
+                  Knobs knobs, const std::string& group = "",
+                  std::vector<int64_t> globalRanks = {});
   ~RingcollBackend() override;
 
   const std::string getBackendName() const override { return "ringcoll"; }
@@ -214,7 +216,7 @@ class RingcollBackend final : public c10d::Backend {
                                            uint64_t seq, algo::Fingerprint fp,
                                            std::vector<at::Tensor> outputs,
                                            size_t bytes, std::chrono::milliseconds timeout,
-                                           Body body);
+                                           Body body, int64_t fr);
   // Starts or resumes a CPU task; false if `until` came first (it can be resumed).
   bool runCpu(CpuTask& task, std::chrono::steady_clock::time_point until);
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
@@ -277,6 +279,8 @@ class RingcollBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> p2p_;
   std::vector<int> ringOrder_;
   std::vector<int> ringNeighbours_;  // the ranks before and after this one in ringOrder_
+  int64_t frGroup_ = -1;  // this group in the flight recorder (backend/flight_recorder.h)
+  int globalRank_ = 0;    // this rank in the default group: names its flight-recorder dump
   // Tracing (null when off). Declared before the transport and executors, so the
   // tracer outlives every Execution that records into it.
   std::unique_ptr<algo::Tracer> tracer_;
