@@ -181,7 +181,7 @@ void RingcollBackend::stop(Stop how) {
   }
   // abort() is the usual rescue of a hung job: the flight recorder dumps what this
   // rank was doing first (once per process, when it records).
-  if (how == Stop::kAbort) FlightRecorder::get().write(globalRank_, /*once=*/true);
+  if (how == Stop::kAbort) runFailureHooks();
   // Joining the worker (and the CUDA watchdog) can wait on the GIL: their last
   // references to user tensors may be Python-owned, and dropping those needs the
   // GIL. destroy_process_group frees the backend with the GIL held, so release it
@@ -355,13 +355,18 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
     // emulation); a CUDA collective completes on the device, where the recorder
     // does not look, so its entry stays "started".
     recorder.started(fr);
-    if (fr >= 0 && !first->is_cuda()) {
-      work->getFuture()->addCallback([fr](c10::ivalue::Future& f) {
+    if (!first->is_cuda()) {
+      // Neither this backend nor the Work need outlive the future's callback.
+      auto self = c10::weak_intrusive_ptr<RingcollBackend>(
+          c10::intrusive_ptr<RingcollBackend>::unsafe_reclaim_from_nonowning(this));
+      const uint64_t key = completionKey(*work);
+      work->getFuture()->addCallback([self, fr, key](c10::ivalue::Future& f) {
         if (f.hasError()) {
           FlightRecorder::get().failed(fr, -1);
-        } else {
-          FlightRecorder::get().completed(fr);
+          return;
         }
+        FlightRecorder::get().completed(fr);
+        if (auto backend = self.lock()) backend->runCompletionHooks(key);
       });
     }
     afterCollective();
@@ -482,13 +487,14 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
     t.exec.reset();
     t.staged.reset();
     FlightRecorder::get().completed(t.fr);
+    runCompletionHooks(completionKey(*t.work));
     t.work->finish();
     afterCollective();
   } catch (const PeerError& e) {
     // The flight recorder's dump on failure (once per process): what every rank
     // was doing, for torchfrtrace.
     FlightRecorder::get().failed(t.fr, e.peer());
-    FlightRecorder::get().write(globalRank_, /*once=*/true);
+    runFailureHooks();
     std::string msg = c10::str(t.label, ": ", e.what());
     const bool mismatch = dynamic_cast<const MismatchError*>(&e) != nullptr;
     if (!mismatch && dynamic_cast<const ReportedError*>(&e) == nullptr) {
@@ -518,5 +524,68 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
   }
   return true;
 }
+
+void RingcollBackend::runFailureHooks() {
+  FlightRecorder::get().write(globalRank_, /*once=*/true);
+  std::vector<std::function<void()>> hooks;
+  {
+    std::lock_guard<std::mutex> lock(hookMutex_);
+    for (const auto& [id, h] : abortHooks_) hooks.push_back(h);
+  }
+  for (const auto& h : hooks) {
+    try {
+      h();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "[ringcoll rank %d] an abort hook failed: %s\n", getRank(), e.what());
+    }
+  }
+}
+
+uint64_t RingcollBackend::completionKey(const c10d::Work& work) {
+#ifdef RINGCOLL_COMPLETION_HOOKS
+  return work.getCompletionKey();
+#else
+  return reinterpret_cast<uintptr_t>(&work);
+#endif
+}
+
+void RingcollBackend::runCompletionHooks(uint64_t key) {
+#ifdef RINGCOLL_COMPLETION_HOOKS
+  std::vector<c10d::CompletionHook> hooks;
+  {
+    std::lock_guard<std::mutex> lock(hookMutex_);
+    for (const auto& [id, h] : completionHooks_) hooks.push_back(h);
+  }
+  c10d::CompletionHookArgs args;
+  args.completionKey = key;
+  for (const auto& h : hooks) h(args);
+#else
+  (void)key;
+#endif
+}
+
+#ifdef C10D_BACKEND_HAS_HOOKS
+void RingcollBackend::registerAbortHook(int64_t id, c10d::AbortHook hook) {
+  std::lock_guard<std::mutex> lock(hookMutex_);
+  abortHooks_[id] = std::move(hook);
+}
+
+void RingcollBackend::unregisterAbortHook(int64_t id) {
+  std::lock_guard<std::mutex> lock(hookMutex_);
+  abortHooks_.erase(id);
+}
+#endif
+
+#ifdef RINGCOLL_COMPLETION_HOOKS
+void RingcollBackend::registerCompletionHook(int64_t id, c10d::CompletionHook hook) {
+  std::lock_guard<std::mutex> lock(hookMutex_);
+  completionHooks_[id] = std::move(hook);
+}
+
+void RingcollBackend::unregisterCompletionHook(int64_t id) {
+  std::lock_guard<std::mutex> lock(hookMutex_);
+  completionHooks_.erase(id);
+}
+#endif
 
 }  // namespace ringcoll

@@ -44,6 +44,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -183,6 +184,20 @@ class RingcollBackend final : public c10d::Backend {
 
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
+#ifdef C10D_BACKEND_HAS_HOOKS
+  // c10d's hooks (torch 2.14+): abort hooks run when a collective fails and on
+  // abort(), before teardown (torch's flight-recorder hook dumps from one, 2.15+);
+  // completion hooks run once per collective that succeeded (2.15+).
+  void registerAbortHook(int64_t id, c10d::AbortHook hook) override;
+  void unregisterAbortHook(int64_t id) override;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
+#define RINGCOLL_COMPLETION_HOOKS 1
+  bool supportsAbortHooks() const override { return true; }
+  bool supportsCompletionHooks() const override { return true; }
+  void registerCompletionHook(int64_t id, c10d::CompletionHook hook) override;
+  void unregisterCompletionHook(int64_t id) override;
+#endif
+#endif
 
   // The gloo tags of ringcoll's messages on its gloo group: the collectives', and
   // point-to-point's (user tags travel inside its headers, so any tag is the user's).
@@ -280,6 +295,16 @@ class RingcollBackend final : public c10d::Backend {
   std::vector<int> ringOrder_;
   std::vector<int> ringNeighbours_;  // the ranks before and after this one in ringOrder_
   int64_t frGroup_ = -1;  // this group in the flight recorder (backend/flight_recorder.h)
+  // After a failure (the flight recorder's dump, then c10d's abort hooks) and on
+  // success (c10d's completion hooks, keyed by the Work). Hooks run unlocked.
+  void runFailureHooks();
+  void runCompletionHooks(uint64_t key);
+  static uint64_t completionKey(const c10d::Work& work);  // c10d's, where it has one
+  std::mutex hookMutex_;
+  std::map<int64_t, std::function<void()>> abortHooks_;
+#ifdef RINGCOLL_COMPLETION_HOOKS
+  std::map<int64_t, c10d::CompletionHook> completionHooks_;
+#endif
   int globalRank_ = 0;    // this rank in the default group: names its flight-recorder dump
   // Tracing (null when off). Declared before the transport and executors, so the
   // tracer outlives every Execution that records into it.
