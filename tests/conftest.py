@@ -23,6 +23,14 @@ def transport(request):
 # and together they run every parameter set once. Left-out tests are reported as deselected. (Not a
 # RINGCOLL_ name: ringcoll rejects unknown RINGCOLL_ variables, and the test
 # processes inherit this environment.)
+# A test marked `once_across_shards` (slow, and the same on every torch: the
+# namespace tests of test_hosts.py) is sharded like a parameter set, so that CI
+# runs it once, not once per torch.
+def pytest_configure(config):
+    config.addinivalue_line("markers", "once_across_shards: run in one CI shard only "
+                                       "(slow, and the same on every torch)")
+
+
 def pytest_collection_modifyitems(config, items):
     import os
     import zlib
@@ -37,8 +45,9 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"CI_TEST_SHARD={spec!r}: expected k/N with 0 <= k < N")
     keep, drop = [], []
     for item in items:
-        sharded = (getattr(item, "callspec", None) is not None
-                   and getattr(getattr(item, "module", None), "mp", None) is not None)
+        sharded = ((getattr(item, "callspec", None) is not None
+                    and getattr(getattr(item, "module", None), "mp", None) is not None)
+                   or item.get_closest_marker("once_across_shards") is not None)
         if sharded and zlib.crc32(item.nodeid.encode()) % n != k:
             drop.append(item)
         else:
