@@ -2,7 +2,7 @@
 algorithm's schedule does what its collective promises.
 
     from ringcoll import check
-    check.check("ring", "allreduce", p=6, n=20)       # raises ScheduleError if wrong
+    check.check("ring", "all_reduce", p=6, n=20)      # raises ScheduleError if wrong
 
     python -m ringcoll.check biring               # every collective it provides,
                                                   # p = 1..64 (main() below)
@@ -53,9 +53,18 @@ import sys
 
 from . import _C
 
-COLLECTIVES = ("allreduce", "reduce_scatter", "allgather", "broadcast", "reduce", "gather",
-               "scatter", "alltoall")
-REDUCING = ("allreduce", "reduce_scatter", "reduce")
+# torch's names, as the benchmark, the model and the simulator print them; c10d's
+# (allreduce, reducescatter, allgather, alltoall) are accepted too.
+COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather",
+               "scatter", "all_to_all")
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+_C10D_NAMES = {"allreduce": "all_reduce", "reducescatter": "reduce_scatter",
+               "allgather": "all_gather", "alltoall": "all_to_all"}
+
+
+def torch_name(collective: str) -> str:
+    """A collective by torch's name, given torch's or c10d's."""
+    return _C10D_NAMES.get(collective, collective)
 _WRITES = ("recv_copy", "recv_reduce")
 
 
@@ -77,7 +86,8 @@ def alltoall_counts(p, n):
 
 def schedules(algo, collective, p, n, root=0, order=None, counts=None):
     """Every rank's schedule, as the extension builds it."""
-    if collective == "alltoall":
+    collective = torch_name(collective)
+    if collective == "all_to_all":
         counts = counts or alltoall_counts(p, n)
         return [_C.schedule(algo, collective, p, r, sum(counts[r]) + sum(c[r] for c in counts),
                             root, list(order or []), counts[r], [c[r] for c in counts])
@@ -149,10 +159,10 @@ def _initial(collective, p, n, r, root, counts=None):
     finishes) per element, or None where it holds nothing yet."""
     if collective in REDUCING:
         return [(e, 1 << r, 0, r) for e in range(n)]
-    if collective in ("allgather", "gather"):
+    if collective in ("all_gather", "gather"):
         b, e1 = block_range(n, p, r)
         return [(e, 1 << r, 0, r) if b <= e < e1 else None for e in range(n)]
-    if collective == "alltoall":
+    if collective == "all_to_all":
         so, ro = _alltoall_offsets(counts, r)
         buf = [(("a", r, d, i), 1 << r, 0, r) for d in range(p) for i in range(counts[r][d])]
         buf += [None] * (ro[p] - ro[0])
@@ -256,7 +266,7 @@ def _check_result(bufs, scheds, collective, p, n, root, where, counts=None):
     for r, buf in enumerate(bufs):
         rb, re = scheds[r]["result"]
         at = f"{where} rank {r}"
-        if collective == "alltoall":
+        if collective == "all_to_all":
             so, ro = _alltoall_offsets(counts, r)
             if (rb, re) != (ro[0], ro[p]):
                 _fail(f"{at}: result [{rb}, {re}) is not the receive blocks "
@@ -281,7 +291,7 @@ def _check_result(bufs, scheds, collective, p, n, root, where, counts=None):
             v = buf[pos]
             if collective in REDUCING:
                 want = (pos, full, 1)
-            elif collective in ("allgather", "gather"):
+            elif collective in ("all_gather", "gather"):
                 want = (pos, 1 << owner[pos], 0)
             else:
                 want = (pos, 1 << root, 0)
@@ -295,9 +305,10 @@ def _check_result(bufs, scheds, collective, p, n, root, where, counts=None):
 def check(algo, collective, p, n, root=0, order=None, counts=None):
     """Raises ScheduleError naming the first violation; returns the step count.
     counts: all-to-all's p x p matrix (alltoall_counts(p, n) when None)."""
+    collective = torch_name(collective)
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r} (known: {COLLECTIVES})")
-    if collective == "alltoall":
+    if collective == "all_to_all":
         counts = counts or alltoall_counts(p, n)
     where = f"{algo} {collective} p={p} n={n}" + (
         f" root={root}" if collective in ("broadcast", "reduce", "gather", "scatter") else "")
@@ -310,9 +321,10 @@ def check(algo, collective, p, n, root=0, order=None, counts=None):
 def check_schedules(scheds, collective, p, n, root=0, where="schedule", counts=None):
     """check() for schedules given as data (one dict per rank, as _C.schedule
     returns them): lets a new algorithm be checked before it is compiled in."""
+    collective = torch_name(collective)
     if len(scheds) != p:
         _fail(f"{where}: {len(scheds)} schedules for {p} ranks")
-    if collective == "alltoall":
+    if collective == "all_to_all":
         counts = counts or alltoall_counts(p, n)
     bufs = []
     for r, sched in enumerate(scheds):
@@ -322,7 +334,7 @@ def check_schedules(scheds, collective, p, n, root=0, where="schedule", counts=N
     nsteps = _check_structure(scheds, p, [len(b) for b in bufs], where)
     bufs = _simulate(scheds, p, bufs, nsteps, where)
     _check_result(bufs, scheds, collective, p, n, root, where, counts)
-    if collective == "allreduce":
+    if collective == "all_reduce":
         _check_folds(bufs, scheds, p, n, where)
     return nsteps
 
@@ -346,7 +358,7 @@ def check_all(algo, max_p=64, log=None) -> int:
             if c.replace("_", "") not in provided:
                 continue
             for n in _counts(p):
-                blocks = c in ("reduce_scatter", "allgather", "gather", "scatter")
+                blocks = c in ("reduce_scatter", "all_gather", "gather", "scatter")
                 if blocks and n % p:
                     continue
                 for root in roots if c in ("broadcast", "reduce", "gather", "scatter") else [0]:
@@ -371,7 +383,8 @@ def main(argv=None) -> int:
         except ScheduleError as e:
             print(f"FAILED: {e}", file=sys.stderr)
             return 1
-        print(f"{algo} ({', '.join(_C.provides(algo))}): {n} schedules proved, "
+        names = ", ".join(torch_name(c) for c in _C.provides(algo))
+        print(f"{algo} ({names}): {n} schedules proved, "
               f"p = 1..{a.max_p}")
     return 0
 

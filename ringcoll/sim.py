@@ -101,23 +101,19 @@ class Result:
 def _check(algo, collective, p, n) -> str:
     """Runs the checker on (p, n), or on a sample; returns what it proved."""
     if p <= CHECK_MAX_P and n <= CHECK_MAX_N:
-        checker.check(algo, checker_name(collective), p, n)
+        checker.check(algo, collective, p, n)
         return f"p={p} n={n}"
     if p <= CHECK_MAX_P:
         m = 3 * p + 1
-        checker.check(algo, checker_name(collective), p, m)
+        checker.check(algo, collective, p, m)
         return f"p={p} n={m} (sampled: the symbolic checker is too slow at n={n})"
     q = CHECK_MAX_P
     pow2 = p & (p - 1) == 0
     while q > 2 and ((q & (q - 1) == 0) != pow2 or q % 2 != p % 2):
         q -= 1
     m = min(n, 3 * q + 1)
-    checker.check(algo, checker_name(collective), q, m)
+    checker.check(algo, collective, q, m)
     return f"p={q} n={m} (sampled: the symbolic checker is too slow at p={p})"
-
-
-def checker_name(collective: str) -> str:
-    return {"all_reduce": "allreduce", "all_gather": "allgather"}.get(collective, collective)
 
 
 def simulate(algo, collective, topo: Topology, nbytes: int, dtype="float32",
@@ -137,7 +133,7 @@ def simulate_schedules(scheds, collective, topo: Topology, n: int, dtype="float3
     if len(scheds) != p:
         raise ValueError(f"{len(scheds)} schedules for a topology of {p} ranks")
     if verify:
-        checker.check_schedules(scheds, checker_name(collective), p, n, 0,
+        checker.check_schedules(scheds, collective, p, n, 0,
                                 f"{scheds[0]['name'] if scheds else '?'} p={p} n={n}")
         checked = f"p={p} n={n}"
     return _simulate(transfers_of(scheds), collective, topo, n, dtype, checked)

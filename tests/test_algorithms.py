@@ -243,17 +243,17 @@ def selection_world(rank, p, log_dir):
     log = open(path).read()
     me = f"[ringcoll rank {rank}/{p}]"
     for line in (
-            f"{me} allreduce 16 B: twoshot (RINGCOLL_ALGO allreduce range 0-64)",
-            f"{me} allreduce 400 B: rhd (RINGCOLL_ALGO allreduce range 64-4K)",
-            f"{me} allreduce 20000 B: ring (RINGCOLL_ALGO allreduce, beyond its ranges)",
+            f"{me} all_reduce 16 B: twoshot (RINGCOLL_ALGO all_reduce range 0-64)",
+            f"{me} all_reduce 400 B: rhd (RINGCOLL_ALGO all_reduce range 64-4K)",
+            f"{me} all_reduce 20000 B: ring (RINGCOLL_ALGO all_reduce, beyond its ranges)",
             f"{me} broadcast 12 B: tree (RINGCOLL_ALGO broadcast)",
             f"{me} all_gather_into_tensor {8 * p} B: ring "
-            f"(default: RINGCOLL_ALGO names no allgather)",
+            f"(default: RINGCOLL_ALGO names no all_gather)",
             f"{me} barrier {p} B: ring (default: RINGCOLL_ALGO names no barrier)",
             f"{me} gather {4 * p} B: direct (default: RINGCOLL_ALGO names no gather)",
             f"{me} reduce_scatter_tensor {4 * p} B: ring "
-            f"(default: tree (RINGCOLL_ALGO=tree) does not provide reducescatter)",
-            f"{me} allreduce 20 B: tree (RINGCOLL_ALGO=tree)"):
+            f"(default: tree (RINGCOLL_ALGO=tree) does not provide reduce_scatter)",
+            f"{me} all_reduce 20 B: tree (RINGCOLL_ALGO=tree)"):
         if line not in log:
             failures.append(f"log lacks {line!r}:\n{log}")
     return failures

@@ -317,7 +317,7 @@ def test_two_hosts_torchrun_every_collective_and_algorithm(two_hosts):
         want = ",".join(x or "-" for x in want_links(int(rank), host_of))
         assert (transport, links) == ("shm+gloo", want), (rank, algo, transport, links)
     for algo in res[0]["algorithms"]:
-        op = "allreduce" if algo != "direct" else "alltoall_base"  # all_to_all_single
+        op = "all_reduce" if algo != "direct" else "all_to_all_single"
         assert re.search(rf"\] {op} \d+ B: {algo} \(RINGCOLL_ALGO={algo}\)", logs), algo
 
     # The ring runs host by host: in a group whose ranks alternate between the hosts

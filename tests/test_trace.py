@@ -22,16 +22,16 @@ N = 10_000    # float32 elements of the all-reduce: 40 KB
 LATE_RANK = 1
 LATE_S = 0.3
 
-# What the run does, in sequence-number order: (the c10d call, the collective as
+# What the run does, in sequence-number order: (the call by torch's name, the collective as
 # plan_ops names it, elements of the executor's buffer, their size, AVG, root).
 # Broadcast moves bytes.
 CALLS = [
-    ("allreduce", "allreduce", N, 4, False, 0),
-    ("allreduce", "allreduce", N, 4, True, 0),  # AVG: finishing passes
+    ("all_reduce", "allreduce", N, 4, False, 0),
+    ("all_reduce", "allreduce", N, 4, True, 0),  # AVG: finishing passes
     ("reduce_scatter_tensor", "reduce_scatter", P * 1000, 4, False, 0),
     ("all_gather_into_tensor", "allgather", P * 1000, 4, False, 0),
     ("broadcast", "broadcast", 4 * 3000, 1, False, 2),
-    ("allreduce", "allreduce", N, 4, False, 0),  # LATE_RANK starts it LATE_S late
+    ("all_reduce", "allreduce", N, 4, False, 0),  # LATE_RANK starts it LATE_S late
 ]
 LATE_SEQ = len(CALLS)
 

@@ -13,6 +13,7 @@
 #include "backend/cpu_stream_device.h"
 #include "backend/flight_recorder.h"
 #include "backend/gloo_port.h"
+#include "backend/op_names.h"
 #include "backend/work.h"
 #include "common/errors.h"
 #include "common/failure.h"
@@ -298,8 +299,8 @@ const algo::Algorithm* RingcollBackend::algorithm(const char* op, algo::Collecti
     TORCH_CHECK(false, "ringcoll::", op, ": ", e.what());
   }
   if (knobs_.debug) {
-    std::fprintf(stderr, "[ringcoll rank %d/%d] %s %zu B: %s (%s)\n", getRank(), getSize(), op,
-                 bytes, choice.algorithm->name.c_str(), choice.why.c_str());
+    std::fprintf(stderr, "[ringcoll rank %d/%d] %s %zu B: %s (%s)\n", getRank(), getSize(),
+                 torchOpName(op), bytes, choice.algorithm->name.c_str(), choice.why.c_str());
   }
   return choice.algorithm;
 }
@@ -307,7 +308,7 @@ const algo::Algorithm* RingcollBackend::algorithm(const char* op, algo::Collecti
 algo::TraceTag RingcollBackend::traceTag(const char* op, uint64_t seq) const {
   algo::TraceTag tag;
   if (tracer_) {
-    tag.op = op;
+    tag.op = torchOpName(op);
     tag.seq = seq;
     tag.issued = algo::Tracer::now();
   }

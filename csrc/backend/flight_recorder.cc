@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backend/op_names.h"
+
 namespace ringcoll {
 
 namespace {
@@ -70,23 +72,17 @@ FlightRecorder& FlightRecorder::get() {
 FlightRecorder::FlightRecorder() : capacity_(capacityFromEnv()) {}
 
 std::string FlightRecorder::profilingName(const char* op) {
-  // ringcoll's op names (the c10d entry points) -> the names torchfrtrace knows.
+  // torch's names (backend/op_names.h), but for the calls the recorder knows by
+  // their c10d method (torchfrtrace's list of collectives).
   static const std::map<std::string, std::string> names = {
-      {"allreduce", "all_reduce"},
-      {"allreduce_coalesced", "allreduce_coalesced"},
-      {"allgather", "all_gather"},
       {"all_gather_into_tensor", "_all_gather_base"},
-      {"allgather_coalesced", "all_gather_into_tensor_coalesced"},
-      {"allgather_into_tensor_coalesced", "all_gather_into_tensor_coalesced"},
-      {"reduce_scatter", "reduce_scatter"},
+      {"all_gather_coalesced", "all_gather_into_tensor_coalesced"},
       {"reduce_scatter_tensor", "_reduce_scatter_base"},
-      {"reduce_scatter_tensor_coalesced", "reduce_scatter_tensor_coalesced"},
-      {"alltoall", "all_to_all"},
-      {"alltoall_base", "all_to_all_single"},
-      {"gather_single", "gather"},
+      {"all_reduce_coalesced", "allreduce_coalesced"},
   };
-  const auto it = names.find(op);
-  return std::string("gloo:") + (it != names.end() ? it->second : std::string(op));
+  const std::string name = torchOpName(op);
+  const auto it = names.find(name);
+  return "gloo:" + (it != names.end() ? it->second : name);
 }
 
 int64_t FlightRecorder::addGroup(const std::string& name, std::vector<uint64_t> globalRanks) {

@@ -56,7 +56,7 @@ namespace ringcoll::algo {
 // What the backend knows of a collective that the executor does not: set on the
 // Job, read only when tracing.
 struct TraceTag {
-  const char* op = "";  // the c10d call, e.g. "allreduce" (a string literal)
+  const char* op = "";  // the call by torch's name, e.g. "all_reduce" (a string literal)
   uint64_t seq = 0;     // the group's sequence number
   int64_t issued = 0;   // when the call was made (Tracer::now()), 0 unknown
 };

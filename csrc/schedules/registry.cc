@@ -57,6 +57,11 @@ std::string collectiveNames() {
   return out;
 }
 
+const char* torchCollectiveName(Collective c) {
+  const char* t = torchName(c);
+  return t != nullptr ? t : collectiveName(c);
+}
+
 const char* collectiveName(Collective c) {
   switch (c) {
     case Collective::kAllreduce: return "allreduce";

@@ -63,6 +63,10 @@ const char* collectiveName(Collective c);
 bool collectiveFromName(const std::string& name, Collective* out);
 // "allreduce (all_reduce), reducescatter (reduce_scatter), ...": for messages.
 std::string collectiveNames();
+// torch.distributed's name (all_reduce, reduce_scatter, all_gather, all_to_all,
+// broadcast, ...): what the selection's reasons print, as the benchmark, model,
+// simulator and timeline do.
+const char* torchCollectiveName(Collective c);
 
 struct Algorithm {
   std::string name;

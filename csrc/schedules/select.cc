@@ -138,7 +138,7 @@ std::string Selector::noted(const std::string& why) const {
 
 Choice Selector::pick(Collective c, size_t bytes) const {
   const auto& rules = rules_[static_cast<size_t>(c)];
-  const std::string name = collectiveName(c);
+  const std::string name = torchCollectiveName(c);
   const Algorithm& fallback = defaultAlgorithm(c);
   for (const auto& r : rules) {
     if (r.ranged && (bytes < r.lo || bytes >= r.hi)) continue;
