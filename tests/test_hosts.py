@@ -164,20 +164,13 @@ RANK = textwrap.dedent("""
 """)
 
 
-def _ranks_in_namespaces(tmp_path, setups):
-    """One process per rank, rank r inside `unshare <flags>` running `setups[r]`
-    (shell) before Python; returns each rank's result."""
-    script = tmp_path / "rank.py"
-    script.write_text(RANK)
-    store = tmp_path / "store"
+def _results_of(tmp_path, cmds):
+    """Runs one command per rank (each prints "RESULT <json>") and returns the
+    results, every rank's output in the failure."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
     env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
-    procs = []
-    for r, (flags, setup) in enumerate(setups):
-        cmd = ["unshare", *flags, "--propagation", "private", "sh", "-c",
-               f"{setup} && exec {sys.executable} {script} {r} {len(setups)} {store}"]
-        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, env=env, cwd=tmp_path))
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env, cwd=tmp_path) for cmd in cmds]
     results = []
     for r, pr in enumerate(procs):
         try:
@@ -190,6 +183,18 @@ def _ranks_in_namespaces(tmp_path, setups):
         assert lines, f"rank {r}: no result (exit {pr.returncode}):\n{out}\n{err[-3000:]}"
         results.append(json.loads(lines[-1][len("RESULT "):]))
     return results
+
+
+def _ranks_in_namespaces(tmp_path, setups):
+    """One process per rank, rank r inside `unshare <flags>` running `setups[r]`
+    (shell) before Python; returns each rank's result."""
+    script = tmp_path / "rank.py"
+    script.write_text(RANK)
+    store = tmp_path / "store"
+    return _results_of(tmp_path, [
+        ["unshare", *flags, "--propagation", "private", "sh", "-c",
+         f"{setup} && exec {sys.executable} {script} {r} {len(setups)} {store}"]
+        for r, (flags, setup) in enumerate(setups)])
 
 
 @needs_namespaces
@@ -452,23 +457,9 @@ def test_a_peer_in_another_pid_namespace_that_exits_is_named_at_once(tmp_path):
     # /dev/shm: a pid means nothing to the other rank, so liveness must not use it.
     script = tmp_path / "leaver.py"
     script.write_text(LEAVER)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
-    env.update(PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", GLOO_SOCKET_IFNAME="lo")
-    procs = [subprocess.Popen(["unshare", "-p", "-f", "--mount-proc", sys.executable,
-                               str(script), str(r), str(tmp_path / "store")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env, cwd=tmp_path) for r in range(2)]
-    res = []
-    for r, pr in enumerate(procs):
-        try:
-            out, err = pr.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise AssertionError(f"rank {r} did not finish in 120 s")
-        lines = [ln for ln in out.splitlines() if ln.startswith("RESULT ")]
-        assert lines, f"rank {r}: no result (exit {pr.returncode}):\n{out}\n{err[-3000:]}"
-        res.append(json.loads(lines[-1][len("RESULT "):]))
+    res = _results_of(tmp_path, [["unshare", "-p", "-f", "--mount-proc", sys.executable,
+                                  str(script), str(r), str(tmp_path / "store")]
+                                 for r in range(2)])
     assert [r["pid"] for r in res] == [1, 1], res  # really in namespaces of their own
     assert res[0]["links"] == ["", "shm"], res
     assert "rank 1 (pid 1) exited" in res[0]["error"], res

@@ -528,12 +528,7 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
 
 void RingcollBackend::runFailureHooks() {
   FlightRecorder::get().write(globalRank_, /*once=*/true);
-  std::vector<std::function<void()>> hooks;
-  {
-    std::lock_guard<std::mutex> lock(hookMutex_);
-    for (const auto& [id, h] : abortHooks_) hooks.push_back(h);
-  }
-  for (const auto& h : hooks) {
+  for (const auto& h : abortHooks_.snapshot()) {
     try {
       h();
     } catch (const std::exception& e) {
@@ -552,41 +547,12 @@ uint64_t RingcollBackend::completionKey(const c10d::Work& work) {
 
 void RingcollBackend::runCompletionHooks(uint64_t key) {
 #ifdef RINGCOLL_COMPLETION_HOOKS
-  std::vector<c10d::CompletionHook> hooks;
-  {
-    std::lock_guard<std::mutex> lock(hookMutex_);
-    for (const auto& [id, h] : completionHooks_) hooks.push_back(h);
-  }
   c10d::CompletionHookArgs args;
   args.completionKey = key;
-  for (const auto& h : hooks) h(args);
+  for (const auto& h : completionHooks_.snapshot()) h(args);
 #else
   (void)key;
 #endif
 }
-
-#ifdef C10D_BACKEND_HAS_HOOKS
-void RingcollBackend::registerAbortHook(int64_t id, c10d::AbortHook hook) {
-  std::lock_guard<std::mutex> lock(hookMutex_);
-  abortHooks_[id] = std::move(hook);
-}
-
-void RingcollBackend::unregisterAbortHook(int64_t id) {
-  std::lock_guard<std::mutex> lock(hookMutex_);
-  abortHooks_.erase(id);
-}
-#endif
-
-#ifdef RINGCOLL_COMPLETION_HOOKS
-void RingcollBackend::registerCompletionHook(int64_t id, c10d::CompletionHook hook) {
-  std::lock_guard<std::mutex> lock(hookMutex_);
-  completionHooks_[id] = std::move(hook);
-}
-
-void RingcollBackend::unregisterCompletionHook(int64_t id) {
-  std::lock_guard<std::mutex> lock(hookMutex_);
-  completionHooks_.erase(id);
-}
-#endif
 
 }  // namespace ringcoll

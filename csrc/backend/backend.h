@@ -188,14 +188,18 @@ class RingcollBackend final : public c10d::Backend {
   // c10d's hooks (torch 2.14+): abort hooks run when a collective fails and on
   // abort(), before teardown (torch's flight-recorder hook dumps from one, 2.15+);
   // completion hooks run once per collective that succeeded (2.15+).
-  void registerAbortHook(int64_t id, c10d::AbortHook hook) override;
-  void unregisterAbortHook(int64_t id) override;
+  void registerAbortHook(int64_t id, c10d::AbortHook hook) override {
+    abortHooks_.add(id, std::move(hook));
+  }
+  void unregisterAbortHook(int64_t id) override { abortHooks_.remove(id); }
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 15)
 #define RINGCOLL_COMPLETION_HOOKS 1
   bool supportsAbortHooks() const override { return true; }
   bool supportsCompletionHooks() const override { return true; }
-  void registerCompletionHook(int64_t id, c10d::CompletionHook hook) override;
-  void unregisterCompletionHook(int64_t id) override;
+  void registerCompletionHook(int64_t id, c10d::CompletionHook hook) override {
+    completionHooks_.add(id, std::move(hook));
+  }
+  void unregisterCompletionHook(int64_t id) override { completionHooks_.remove(id); }
 #endif
 #endif
 
@@ -300,10 +304,32 @@ class RingcollBackend final : public c10d::Backend {
   void runFailureHooks();
   void runCompletionHooks(uint64_t key);
   static uint64_t completionKey(const c10d::Work& work);  // c10d's, where it has one
-  std::mutex hookMutex_;
-  std::map<int64_t, std::function<void()>> abortHooks_;
+  // c10d hooks of one kind by id; run from a copy, so a hook may (un)register.
+  template <typename Hook>
+  class HookTable {
+   public:
+    void add(int64_t id, Hook hook) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      hooks_[id] = std::move(hook);
+    }
+    void remove(int64_t id) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      hooks_.erase(id);
+    }
+    std::vector<Hook> snapshot() const {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::vector<Hook> out;
+      for (const auto& [id, h] : hooks_) out.push_back(h);
+      return out;
+    }
+
+   private:
+    mutable std::mutex mutex_;
+    std::map<int64_t, Hook> hooks_;
+  };
+  HookTable<std::function<void()>> abortHooks_;
 #ifdef RINGCOLL_COMPLETION_HOOKS
-  std::map<int64_t, c10d::CompletionHook> completionHooks_;
+  HookTable<c10d::CompletionHook> completionHooks_;
 #endif
   int globalRank_ = 0;    // this rank in the default group: names its flight-recorder dump
   // Tracing (null when off). Declared before the transport and executors, so the
