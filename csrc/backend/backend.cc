@@ -349,6 +349,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
   }
   const at::Tensor* first = !inputs.empty() ? &inputs[0] : (!outputs.empty() ? &outputs[0] : nullptr);
   if (first && (first->is_cuda() || knobs_.transport == "stream")) {
+    const bool cuda = first->is_cuda();  // `first` may be one of the outputs moved below
     std::shared_ptr<StreamPath> path = streamPathFor(*first, op, label);
     auto work = path->launch(type, traceTag(op, seq), label, seq, fp, timeout, inputs,
                              std::move(outputs), body);
@@ -356,7 +357,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
     // emulation); a CUDA collective completes on the device, where the recorder
     // does not look, so its entry stays "started".
     recorder.started(fr);
-    if (!first->is_cuda()) {
+    if (!cuda) {
       // Neither this backend nor the Work need outlive the future's callback.
       auto self = c10::weak_intrusive_ptr<RingcollBackend>(
           c10::intrusive_ptr<RingcollBackend>::unsafe_reclaim_from_nonowning(this));

@@ -406,9 +406,17 @@ void StreamPath::watchdog() {
         transferSeen = now;
       }
       if (!transfer.empty() && now - transferSeen >= kReportPoll) {
-        why = c10::str(oldest->label(), ": ", transfer,
-                       " (a peer exited or its connection failed), waiting for rank ", prev,
-                       " (receive) / rank ", next, " (send); transfers aborted");
+        // A peer that failed first said why in the store before it left: its exit
+        // (or its group's teardown) is the symptom, the report the cause.
+        const std::string other = readFailureReport(store_, kFailureKey);
+        if (!other.empty()) {
+          why = c10::str(oldest->label(), ": failed because ", other, " (then: ", transfer, ")");
+          report = false;
+        } else {
+          why = c10::str(oldest->label(), ": ", transfer,
+                         " (a peer exited or its connection failed), waiting for rank ", prev,
+                         " (receive) / rank ", next, " (send); transfers aborted");
+        }
       }
       if (why.empty() && !transfer.empty()) continue;  // the check may still speak
       if (why.empty()) why = fault;

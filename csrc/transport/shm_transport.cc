@@ -310,7 +310,7 @@ void ShmTransport::checkPeers() {
     if (fcntl(l.fd, F_GETLK, &probe) == 0 && probe.l_type == F_UNLCK) {
       l.exitReported = true;
       throw PeerError(static_cast<int>(peer),
-                      RC_STR("rank ", peer, " (pid ", l.pid, ") exited"));
+                      RC_STR("rank ", peer, " (pid ", l.pid, ") exited or left the group"));
     }
   }
 }
