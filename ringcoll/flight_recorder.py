@@ -6,8 +6,7 @@ were, in the dump format `torchfrtrace` reads (csrc/backend/flight_recorder.h).
 
 With TORCH_FR_BUFFER_SIZE > 0 every ringcoll collective is recorded (group,
 sequence number, op, sizes, dtypes, state, and the peer it was waiting for when
-it failed); each process dumps once when a collective fails (timeout, a peer that
-exited, a mismatch) or a group is aborted, to <TORCH_FR_DUMP_TEMP_FILE><global
+it failed); each process dumps once when a collective times out, to <TORCH_FR_DUMP_TEMP_FILE><global
 rank> (torch's default: ~/.cache/torch/comm_lib_trace_rank_<rank>). dump() dumps
 on demand, e.g. from a rank that is itself stuck elsewhere. From torch 2.15 torch
 records every backend itself (a hook on each group; buffer 2000 unless

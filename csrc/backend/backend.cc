@@ -180,9 +180,6 @@ void RingcollBackend::stop(Stop how) {
   while (prev < static_cast<int>(how) &&
          !stop_.compare_exchange_weak(prev, static_cast<int>(how))) {
   }
-  // abort() is the usual rescue of a hung job: the flight recorder dumps what this
-  // rank was doing first (once per process, when it records).
-  if (how == Stop::kAbort) runFailureHooks();
   // Joining the worker (and the CUDA watchdog) can wait on the GIL: their last
   // references to user tensors may be Python-owned, and dropping those needs the
   // GIL. destroy_process_group frees the backend with the GIL held, so release it
@@ -493,10 +490,13 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
     t.work->finish();
     afterCollective();
   } catch (const PeerError& e) {
-    // The flight recorder's dump on failure (once per process): what every rank
-    // was doing, for torchfrtrace.
+    // A timeout is a hang: the flight recorder's dump (once per process) and c10d's
+    // abort hooks (torch's recorder dumps from one, 2.15+) say what every rank was
+    // doing, for torchfrtrace. Not for the failures that explain themselves (ranks
+    // that disagree, a peer that exited): they are reported at once, and a dump
+    // with stack traces costs about a second.
     FlightRecorder::get().failed(t.fr, e.peer());
-    runFailureHooks();
+    if (e.timedOut()) runFailureHooks();
     std::string msg = c10::str(t.label, ": ", e.what());
     const bool mismatch = dynamic_cast<const MismatchError*>(&e) != nullptr;
     if (!mismatch && dynamic_cast<const ReportedError*>(&e) == nullptr) {

@@ -185,8 +185,8 @@ class RingcollBackend final : public c10d::Backend {
   void setSequenceNumberForGroup() override {}
   uint64_t getSequenceNumberForGroup() override { return seq_.load(); }
 #ifdef C10D_BACKEND_HAS_HOOKS
-  // c10d's hooks (torch 2.14+): abort hooks run when a collective fails and on
-  // abort(), before teardown (torch's flight-recorder hook dumps from one, 2.15+);
+  // c10d's hooks (torch 2.14+): abort hooks run when a collective times out, before
+  // the group is marked broken (torch's flight-recorder hook dumps from one, 2.15+);
   // completion hooks run once per collective that succeeded (2.15+).
   void registerAbortHook(int64_t id, c10d::AbortHook hook) override {
     abortHooks_.add(id, std::move(hook));
@@ -299,7 +299,7 @@ class RingcollBackend final : public c10d::Backend {
   std::vector<int> ringOrder_;
   std::vector<int> ringNeighbours_;  // the ranks before and after this one in ringOrder_
   int64_t frGroup_ = -1;  // this group in the flight recorder (backend/flight_recorder.h)
-  // After a failure (the flight recorder's dump, then c10d's abort hooks) and on
+  // After a timeout (the flight recorder's dump, then c10d's abort hooks) and on
   // success (c10d's completion hooks, keyed by the Work). Hooks run unlocked.
   void runFailureHooks();
   void runCompletionHooks(uint64_t key);

@@ -13,8 +13,8 @@
 // "#N" of ringcoll's errors), op, input and output sizes and dtypes, when it was
 // issued, started and completed, and the peer it was waiting for when it failed
 // (an extra key, "ringcoll_waiting_for", which torch's tools ignore). The recorder
-// dumps once per process when a collective fails (a timeout, a peer that exited,
-// ranks that disagree) or the group is aborted, unless TORCH_FR_DUMP_ON_TIMEOUT=0;
+// dumps once per process when a collective times out, unless
+// TORCH_FR_DUMP_ON_TIMEOUT=0;
 // `ringcoll.flight_recorder.dump()` dumps on demand.
 //
 // The library prefix of the names is "gloo": torchfrtrace before 2.15 refuses any
