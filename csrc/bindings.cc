@@ -21,6 +21,7 @@
 #include "schedules/registry.h"
 #include "schedules/schedule.h"
 #include "schedules/select.h"
+#include "transport/shm_transport.h"
 #ifdef RINGCOLL_WITH_CUDA
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -371,6 +372,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("flight_recorder_write", [](int globalRank) {
     return ringcoll::FlightRecorder::get().write(globalRank, /*once=*/false);
   }, py::arg("global_rank"), py::call_guard<py::gil_scoped_release>());
+  m.def("_set_shm_token_for_tests", &ringcoll::setShmTokenForTests, py::arg("token"));
   m.def("knobs", [](const std::map<std::string, std::string>& overrides) {
     return loadKnobs(overrides).describe();
   }, py::arg("overrides") = std::map<std::string, std::string>{});

@@ -8,6 +8,7 @@ integers, tests/cases.py) or with gloo on the same ranks.
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import os
 import signal
@@ -249,37 +250,85 @@ def test_100_groups_leave_nothing_behind(transport):
     mp.run_checks(3, many_groups, timeout=600, transport=transport)
 
 
-def stale_segments_ignored(rank, p, stale):
-    """Segments a crashed job left behind (names of the same form, one with a header
-    that looks valid) neither stop a new group nor get opened or removed by it."""
+# A fixed segment token, so that the tests can put files where a group will create
+# its segments (a random 64-bit token otherwise: a collision is never seen by chance).
+FORCED_TOKEN = 0x5EED0000C0FFEE00
+
+
+def _segment(token, rank):
+    return f"/dev/shm/ringcoll-{token:016x}-{rank}"
+
+
+def stale_segments_replaced(rank, p, colliding, bystanders):
+    """A crashed job's segments under the very names this group creates (nobody holds
+    their liveness lock) are replaced; files under other names are left alone."""
+    ringcoll._C._set_shm_token_for_tests(FORCED_TOKEN)
     f = []
-    for _ in range(3):
-        g = dist.new_group(backend="ringcoll")
-        x = torch.full((9,), float(rank))
-        dist.all_reduce(x, group=g)
-        if not torch.equal(x, torch.full((9,), float(sum(range(p))))):
-            f.append(f"all_reduce beside stale segments: {x.tolist()}")
-        dist.destroy_process_group(g)
-    left = [n for n in stale if not os.path.exists(os.path.join("/dev/shm", n))]
+    try:
+        for _ in range(3):
+            g = dist.new_group(backend="ringcoll")
+            x = torch.full((9,), float(rank))
+            dist.all_reduce(x, group=g)
+            if not torch.equal(x, torch.full((9,), float(sum(range(p))))):
+                f.append(f"all_reduce beside stale segments: {x.tolist()}")
+            dist.destroy_process_group(g)
+    finally:
+        ringcoll._C._set_shm_token_for_tests(0)
+    dist.barrier()
+    left = [n for n in colliding if os.path.exists(n)]
     if left:
-        f.append(f"stale segments removed: {left}")
+        f.append(f"stale segments under the group's names still there: {left}")
+    gone = [n for n in bystanders if not os.path.exists(n)]
+    if gone:
+        f.append(f"files under other names removed: {gone}")
     return f
 
 
-def test_stale_segments_of_a_crashed_job_are_ignored():
-    stale = [f"ringcoll-{os.getpid():016x}-{r}" for r in range(3)]
+def _write_stale(path, i):
+    with open(path, "wb") as fh:
+        # magic "RCSHM001" and garbage: what a crashed job's segment looks like
+        fh.write((0x3130304d48534352).to_bytes(8, "little") + os.urandom(4088 * (i + 1)))
+
+
+def test_stale_segments_of_a_crashed_job_are_replaced():
+    colliding = [_segment(FORCED_TOKEN, r) for r in range(3)]
+    bystanders = [_segment(FORCED_TOKEN + 1, r) for r in range(3)]
     try:
-        for i, name in enumerate(stale):
-            with open(os.path.join("/dev/shm", name), "wb") as fh:
-                # magic "RCSHM001" and garbage: what a crashed job's segment looks like
-                fh.write((0x3130304d48534352).to_bytes(8, "little") + os.urandom(4088 * (i + 1)))
-        mp.run_checks(3, stale_segments_ignored, stale, transport="shm")
+        for i, path in enumerate(colliding + bystanders):
+            _write_stale(path, i)
+        mp.run_checks(3, stale_segments_replaced, colliding, bystanders, transport="shm")
     finally:
-        for name in stale:
+        for path in colliding + bystanders:
             try:
-                os.unlink(os.path.join("/dev/shm", name))
+                os.unlink(path)
             except FileNotFoundError:
                 pass
+
+
+def live_segment_collides(rank, p, holder_pid):
+    ringcoll._C._set_shm_token_for_tests(FORCED_TOKEN)
+    try:
+        dist.new_group(backend="ringcoll")
+    except Exception as e:  # noqa: BLE001 - the message is what is checked
+        text = str(e)
+    else:
+        return ["a group was created over a segment name a live process holds"]
+    finally:
+        ringcoll._C._set_shm_token_for_tests(0)
+    want = (f"ringcoll-{FORCED_TOKEN:016x}-1 already exists and is held by pid {holder_pid}")
+    return [] if want in text else [f"error does not say {want!r}: {text}"]
+
+
+def test_a_segment_name_held_by_a_live_process_is_an_error_on_every_rank():
+    path = _segment(FORCED_TOKEN, 1)
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)  # the liveness lock's byte
+        mp.run_checks(3, live_segment_collides, os.getpid(), transport="shm", timeout=60)
+        assert os.path.exists(path), "the live process's segment was removed"
+    finally:
+        os.close(fd)
+        os.unlink(path)
 
 
 # --------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -37,13 +38,23 @@ flock livenessLock(short type) {
   return l;
 }
 
+// A token set by tests (0: none), so that they can place stale files exactly where
+// a group will create its segments.
+std::atomic<uint64_t> g_tokenForTests{0};
+
 uint64_t randomToken() {
+  if (const uint64_t forced = g_tokenForTests.load()) return forced;
   uint64_t t = 0;
   RC_REQUIRE(getrandom(&t, sizeof(t), 0) == static_cast<ssize_t>(sizeof(t)),
                sysError("ringcoll shm: getrandom"));
   return t;
 }
 
+}  // namespace
+
+void setShmTokenForTests(uint64_t token) { g_tokenForTests.store(token); }
+
+namespace {
 std::string mebibytes(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f MiB", bytes / (1 << 20));
@@ -65,6 +76,30 @@ std::string reserveFailure(int fd, int err, size_t bytes, int localRanks, size_t
                 localRanks, " here), and a group has two (collectives and point-to-point): "
                 "give /dev/shm more room (docker run --shm-size), lower RINGCOLL_CHUNK_BYTES, "
                 "or use RINGCOLL_TRANSPORT=gloo");
+}
+
+// Creates the segment file `name` (O_EXCL, 0600). A file of that name already there
+// means a token collision, a 1-in-2^64 event per name: a file nobody holds the
+// liveness lock of was left by a job that died during set-up and is replaced; one
+// whose lock is held belongs to a live group, and is an error. (A live group between
+// its shm_open and its lock would read as stale: a window of microseconds, on top of
+// the collision.)
+int createSegmentFile(const std::string& name) {
+  for (int attempt = 0;; ++attempt) {
+    const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd >= 0 || errno != EEXIST || attempt > 0) {
+      RC_REQUIRE(fd >= 0, sysError(RC_STR("ringcoll shm: shm_open ", name).c_str()));
+      return fd;
+    }
+    const int old = shm_open(name.c_str(), O_RDWR, 0600);
+    flock probe = livenessLock(F_WRLCK);
+    const bool probed = old >= 0 && fcntl(old, F_GETLK, &probe) == 0;
+    if (old >= 0) close(old);
+    RC_REQUIRE(!probed || probe.l_type == F_UNLCK, "ringcoll shm: segment ", name,
+               " already exists and is held by pid ", probe.l_pid,
+               " (a live group with the same token)");
+    shm_unlink(name.c_str());  // stale (or gone meanwhile): create it afresh
+  }
 }
 
 std::string segmentName(uint64_t token, int rank) {
@@ -116,8 +151,15 @@ ShmTransport::ShmTransport(Rendezvous& rv, int rank, int size, const std::vector
   links_.resize(static_cast<size_t>(size));
 
   try {
-    const int fd = shm_open(name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    RC_REQUIRE(fd >= 0, sysError(RC_STR("ringcoll shm: shm_open ", name_).c_str()));
+    int fd = -1;
+    try {
+      fd = createSegmentFile(name_);
+    } catch (const std::exception& e) {
+      // The peers wait for this rank's segment: tell them why there is none.
+      rv.set(RC_STR("ringcoll/shm/created/", rank), RC_STR("!could not create its segment: ",
+                                                           e.what()));
+      throw;
+    }
     // Every page reserved now (posix_fallocate), not at its first touch: a /dev/shm
     // too small fails here, on every rank (the peers read it from the store), and
     // never as a SIGBUS in the middle of a collective.
@@ -153,14 +195,20 @@ ShmTransport::ShmTransport(Rendezvous& rv, int rank, int size, const std::vector
     bell_ = std::make_unique<Doorbell>(&h->bell, /*shared=*/true, policy);
     rv.set(RC_STR("ringcoll/shm/created/", rank), "1");
 
+    // Every peer's outcome first: a rank that failed to create its segment makes the
+    // others fail too and remove theirs, so opening in order could fail on a segment
+    // already gone and hide the reason.
+    for (int peer : sorted) {
+      if (peer == rank) continue;
+      const std::string created = rv.get(RC_STR("ringcoll/shm/created/", peer));
+      RC_REQUIRE(created.empty() || created[0] != '!', "ringcoll shm: rank ", peer, " ",
+                 created.substr(1));
+    }
     for (int li = 0; li < localCount_; ++li) {
       const int peer = sorted[li];
       Link& l = links_[peer];
       l.localIndex = li;
       if (peer == rank) continue;
-      const std::string created = rv.get(RC_STR("ringcoll/shm/created/", peer));
-      RC_REQUIRE(created.empty() || created[0] != '!', "ringcoll shm: rank ", peer, " ",
-                 created.substr(1));
       const std::string name = segmentName(token, peer);
       const int pfd = shm_open(name.c_str(), O_RDWR, 0600);
       RC_REQUIRE(pfd >= 0, sysError(RC_STR("ringcoll shm: opening rank ", peer,

@@ -13,7 +13,9 @@
 //
 // Hygiene: segment names are "/ringcoll-<group token>-<rank>", the token random
 // per process group, so a stale segment of a crashed job is never opened by a new
-// one; created with O_EXCL and mode 0600; every rank unlinks its own segment as
+// one; created with O_EXCL and mode 0600 (a name taken by a file nobody holds the
+// liveness lock of, left by a job that died during set-up, is replaced; one held
+// is an error); every rank unlinks its own segment as
 // soon as all its local peers have mapped it (the store says when), so after set-up
 // nothing is left in /dev/shm even if a rank is killed with SIGKILL, and the
 // memory goes away with the last process that maps it. Slots are sparse: pages are
@@ -139,5 +141,10 @@ class ShmProbe {
  private:
   std::string name_;
 };
+
+// Tests only: names every group's segments created from now on by `token` instead of
+// a random one (0: random again), so that a test can place stale files where a
+// group will create its segments.
+void setShmTokenForTests(uint64_t token);
 
 }  // namespace ringcoll
