@@ -1,0 +1,128 @@
+"""ringcoll.ops.all_reduce_ (torch.ops.ringcoll.all_reduce_): exact against gloo and
+the exact reference, in eager and compiled code, p = 1..5, every dtype; refused
+dtypes and groups that are not ringcoll raise clearly on every rank; the op keeps
+its place behind queued async collectives."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ringcoll.ops
+from tests import cases, mp
+
+
+def eager_matches(rank, p):
+    f = []
+    g = dist.new_group(backend="ringcoll")  # a group other than the default one
+    for dtype in cases.DTYPES:
+        for n in cases.counts(p, large=4099):
+            for group in (None, g):
+                x = cases.make_input(rank, n, dtype, "SUM", p)
+                want = cases.reference([cases.make_input(r, n, dtype, "SUM", p)
+                                        for r in range(p)], "SUM", dtype, p)
+                y = x.clone()
+                ref = cases.gloo_or_none(lambda: (dist.all_reduce(y, group=mp.GLOO), y)[1])
+                out = ringcoll.ops.all_reduce_(x, group=group)
+                if out is not x:
+                    f.append("all_reduce_ does not return its argument")
+                cases.check_same(f, f"{dtype} n={n} group={'new' if group else 'default'}",
+                                 x, want, ref)
+    # dtypes gloo lacks: float8 (inputs 0/1, so every partial sum is exact) and
+    # complex (summed as pairs of reals).
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2, torch.complex64):
+        for n in cases.counts(p, large=4099):
+            def made(r):
+                v = ((torch.arange(n) + r) % 2).to(torch.float32)
+                return torch.complex(v, 1 - v).to(dtype) if dtype.is_complex else v.to(dtype)
+            x = made(rank)
+            want = sum(made(r).to(torch.complex128 if dtype.is_complex else torch.float64)
+                       for r in range(p)).to(dtype)
+            ringcoll.ops.all_reduce_(x)
+            cases.check_same(f, f"{dtype} n={n}", x.view(torch.uint8) if x.element_size() == 1
+                             else x, want.view(torch.uint8) if want.element_size() == 1 else want)
+    # A strided view, reduced in place (the rest of the base is untouched).
+    base = torch.arange(20, dtype=torch.float32).view(4, 5) + rank
+    col = base[:, 1]
+    ringcoll.ops.all_reduce_(col)
+    want = (torch.arange(20, dtype=torch.float32).view(4, 5) * p + sum(range(p)))
+    expected = torch.arange(20, dtype=torch.float32).view(4, 5) + rank
+    expected[:, 1] = want[:, 1]
+    if not torch.equal(base, expected):
+        f.append(f"strided view: {base.tolist()}")
+    return f
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 4, 5])
+def test_op_matches_gloo_and_the_exact_sum(p):
+    mp.run_checks(p, eager_matches)
+
+
+def compiled_matches(rank, p, backend):
+    @torch.compile(fullgraph=True, backend=backend)
+    def step(x):
+        y = x * 2
+        ringcoll.ops.all_reduce_(y)
+        return y + 1
+
+    f = []
+    for n in (1, p + 1, 1000):
+        x = cases.make_input(rank, n, torch.float32, "SUM", p)
+        want = 2 * cases.reference([cases.make_input(r, n, torch.float32, "SUM", p)
+                                    for r in range(p)], "SUM", torch.float32, p) + 1
+        cases.check_same(f, f"compiled n={n}", step(x), want)
+    return f
+
+
+# inductor (what users compile with) once; aot_eager (the fake implementation and
+# functionalization, without code generation, which costs half a minute) at p = 3.
+@pytest.mark.parametrize("p,backend", [(2, "inductor"), (3, "aot_eager")])
+def test_op_in_a_compiled_graph(p, backend):
+    mp.run_checks(p, compiled_matches, backend, timeout=300)
+
+
+def refusals(rank, p):
+    f = []
+    x = torch.zeros(4, dtype=torch.uint32)
+    text = cases.error_text(lambda: ringcoll.ops.all_reduce_(x))
+    if "UInt32" not in text or "not supported" not in text:
+        f.append(f"uint32 input: {text}")
+    text = cases.error_text(lambda: ringcoll.ops.all_reduce_(torch.ones(3), group=mp.GLOO))
+    if "no ringcoll backend" not in text or "gloo" not in text:
+        f.append(f"gloo group: {text}")
+    # Still in step afterwards: a refused call sends nothing.
+    y = torch.ones(3)
+    ringcoll.ops.all_reduce_(y)
+    if not torch.equal(y, torch.full((3,), float(p))):
+        f.append(f"after the refusals: {y.tolist()}")
+    return f
+
+
+def test_refused_dtypes_and_groups_raise_on_every_rank():
+    mp.run_checks(3, refusals)
+
+
+def behind_async(rank, p):
+    """Each op call is issued right behind a large async dist.all_reduce: it must run
+    after it (issue order pairs the ranks' messages), whatever the sizes."""
+    f = []
+    for big_n in (1 << 20, 3 << 20):
+        big = torch.full((big_n,), float(rank + 1))
+        works = [dist.all_reduce(big, async_op=True)]
+        small = torch.full((2,), float(rank + 1))
+        ringcoll.ops.all_reduce_(small)
+        works.append(dist.all_reduce(torch.ones(5), async_op=True))
+        for w in works:
+            w.wait()
+        total = float(sum(range(1, p + 1)))
+        if not torch.equal(small, torch.full((2,), total)):
+            f.append(f"small behind {big_n}: {small.tolist()}")
+        if not torch.equal(big, torch.full((big_n,), total)):
+            f.append(f"big {big_n}: {big[:4].tolist()}")
+    return f
+
+
+@pytest.mark.parametrize("transport", ["shm", "gloo"])
+def test_op_keeps_its_place_behind_async_collectives(transport):
+    mp.run_checks(3, behind_async, transport=transport)
