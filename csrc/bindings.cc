@@ -411,7 +411,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   }, "The collectives an algorithm provides, by RINGCOLL_ALGO's names.");
   m.def("select", [](const std::string& value, const std::string& collective, size_t bytes) {
     const auto choice =
-        ringcoll::algo::Selector(value).pick(collectiveNamed(collective, true), bytes);
+        ringcoll::algo::Selector(value).pick(collectiveNamed(collective, true), bytes,
+                                             /*explain=*/true);
     return std::make_pair(choice.algorithm->name, choice.why);
   }, py::arg("value"), py::arg("collective"), py::arg("bytes"),
   "(algorithm, reason) RINGCOLL_ALGO=value picks for a collective of `bytes` bytes; "

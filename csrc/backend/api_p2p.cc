@@ -41,7 +41,7 @@ namespace ringcoll {
 
 namespace {
 // The Work's error: "<label>: <what happened>", a DistBackendError.
-std::exception_ptr labelled(const std::string& label, const std::string& what) {
+std::exception_ptr labelled(const CallLabel& label, const std::string& what) {
   try {
     C10_THROW_ERROR(DistBackendError, c10::str(label, ": ", what));
   } catch (...) {
@@ -137,7 +137,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::postPointToPoint(
                 getSize(), "-rank group");
   }
   const uint64_t seq = ++p2pSeq_;
-  const std::string label = RingcollWork::label(op, seq, getRank(), getSize());
+  const CallLabel label{op, seq, getRank(), getSize()};
   throwIfStopped(label);
   // The engine reads or writes contiguous memory: a non-contiguous tensor goes
   // through a copy (back into the tensor once received).
@@ -213,7 +213,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::postPointToPoint(
 
 std::shared_ptr<StreamPath> RingcollBackend::pointToPointPathFor(const at::Tensor& t,
                                                                  const char* op,
-                                                                 const std::string& label) {
+                                                                 const CallLabel& label) {
   std::lock_guard<std::mutex> lock(pathMutex_);
   throwIfStopped(label);  // stop() took the paths
   if (!t.is_cuda()) {
@@ -246,7 +246,7 @@ std::shared_ptr<StreamPath> RingcollBackend::pointToPointPathFor(const at::Tenso
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::launchStreamMessages(
-    c10d::OpType type, const std::string& label, uint64_t seq,
+    c10d::OpType type, const CallLabel& label, uint64_t seq,
     std::vector<StreamMessage> messages) {
   const char* op = type == c10d::OpType::SEND ? "send"
                    : type == c10d::OpType::RECV ? "recv" : "coalesced";
@@ -372,7 +372,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::endCoalescing() {
     batchWorks.swap(streamBatchWorks_);
   }
   const uint64_t seq = ++p2pSeq_;
-  const std::string label = RingcollWork::label("coalesced", seq, getRank(), getSize());
+  const CallLabel label{"coalesced", seq, getRank(), getSize()};
   if (!batch.empty()) {
     c10::intrusive_ptr<c10d::Work> job;
     try {
@@ -443,7 +443,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::endCoalescing() {
 
 void RingcollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool waitAllRanks) {
   const uint64_t call = ++monitoredSeq_;
-  const std::string label = RingcollWork::label("monitored_barrier", call, getRank(), getSize());
+  const CallLabel label{"monitored_barrier", call, getRank(), getSize()};
   throwIfStopped(label);
   const auto timeout = opts.timeout.count() >= 0 ? opts.timeout : timeout_;
   const int p = getSize();

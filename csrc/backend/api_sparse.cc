@@ -120,7 +120,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::sparseAllreduce(
 
   const uint64_t seq = seq_.load();
   auto work = c10::make_intrusive<RingcollWork>(
-      getRank(), c10d::OpType::ALLREDUCE, RingcollWork::label(op, seq, getRank(), p), seq,
+      getRank(), c10d::OpType::ALLREDUCE, CallLabel{op, seq, getRank(), p}, seq,
       opTimeout(opts.timeout), std::vector<at::Tensor>{t}, nullptr);
   work->finish();
   return work;

@@ -49,7 +49,7 @@ class ReportedError : public PeerError {
 struct RingcollBackend::CpuTask {
   c10::intrusive_ptr<RingcollWork> work;
   Body body;
-  std::string label;
+  CallLabel label;
   int64_t fr = -1;  // its flight-recorder entry
   algo::Fingerprint fp;  // seq and rank set; the algorithm once the body ran
   std::chrono::milliseconds timeout;
@@ -226,7 +226,7 @@ void RingcollBackend::stop(Stop how) {
   }
 }
 
-void RingcollBackend::throwIfStopped(const std::string& label) const {
+void RingcollBackend::throwIfStopped(const CallLabel& label) const {
   if (const int how = stop_.load()) {
     C10_THROW_ERROR(DistBackendError,
                     c10::str(label, ": the process group was ",
@@ -235,13 +235,15 @@ void RingcollBackend::throwIfStopped(const std::string& label) const {
 }
 
 std::string RingcollBackend::brokenReason() {
+  if (!broken_.load(std::memory_order_acquire)) return std::string();
   std::lock_guard<std::mutex> lock(brokenMutex_);
-  return broken_;
+  return brokenWhy_;
 }
 
 void RingcollBackend::markBroken(const std::string& why) {
   std::lock_guard<std::mutex> lock(brokenMutex_);
-  if (broken_.empty()) broken_ = why;
+  if (brokenWhy_.empty()) brokenWhy_ = why;
+  broken_.store(true, std::memory_order_release);
 }
 
 void RingcollBackend::checkInterrupts(CpuTask& t) {
@@ -291,7 +293,8 @@ const algo::Algorithm* RingcollBackend::algorithm(const char* op, algo::Collecti
                                                   size_t bytes, const at::Tensor& like) const {
   algo::Choice choice;
   try {
-    choice = (like.defined() && like.is_cuda() ? gpuSelector_ : selector_).pick(c, bytes);
+    const algo::Selector& selector = like.defined() && like.is_cuda() ? gpuSelector_ : selector_;
+    choice = selector.pick(c, bytes, /*explain=*/knobs_.debug);
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, "ringcoll::", op, ": ", e.what());
   }
@@ -334,7 +337,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
                                                        std::chrono::milliseconds timeout,
                                                        Body body) {
   const uint64_t seq = ++seq_;
-  const std::string label = RingcollWork::label(op, seq, getRank(), getSize());
+  const CallLabel label{op, seq, getRank(), getSize()};
   throwIfStopped(label);
   fp.seq = seq;
   fp.rank = getRank();
@@ -380,7 +383,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
 
 std::shared_ptr<StreamPath> RingcollBackend::streamPathFor(const at::Tensor& first,
                                                           const char* op,
-                                                          const std::string& label) {
+                                                          const CallLabel& label) {
   std::lock_guard<std::mutex> lock(pathMutex_);
   throwIfStopped(label);  // stop() took the paths
   if (!first.is_cuda()) return streamPath_;
@@ -405,7 +408,7 @@ std::shared_ptr<StreamPath> RingcollBackend::streamPathFor(const at::Tensor& fir
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, const char* op,
-                                                          const std::string& label,
+                                                          const CallLabel& label,
                                                           uint64_t seq, algo::Fingerprint fp,
                                                           std::vector<at::Tensor> outputs,
                                                           size_t bytes,
@@ -430,6 +433,12 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, con
   task->fp = fp;
   task->timeout = timeout;
   task->tag = traceTag(op, seq);
+  // A broken group fails every call at once, here: nothing queued could run, and
+  // the worker may still be writing a hang's diagnostics (runFailureHooks).
+  if (broken_.load(std::memory_order_acquire)) {
+    runCpu(*task, Clock::now());
+    return task->work;
+  }
   // Small and nothing ahead of it: run here, no hand-off to the worker and back.
   if (bytes <= knobs_.inlineBytes && worker_->tryClaim()) {
     if (runCpu(*task, Clock::now() + kInlineBudget)) {
@@ -480,7 +489,7 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
     if (knobs_.debug) {
       const double ms =
           std::chrono::duration<double, std::milli>(Clock::now() - t.started).count();
-      std::fprintf(stderr, "[ringcoll] %s %s done in %.3f ms\n", t.label.c_str(),
+      std::fprintf(stderr, "[ringcoll] %s %s done in %.3f ms\n", t.label.str().c_str(),
                    t.exec->schedule().name.c_str(), ms);
     }
     t.exec.reset();
@@ -496,7 +505,6 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
     // that disagree, a peer that exited): they are reported at once, and a dump
     // with stack traces costs about a second.
     FlightRecorder::get().failed(t.fr, e.peer());
-    if (e.timedOut()) runFailureHooks();
     std::string msg = c10::str(t.label, ": ", e.what());
     const bool mismatch = dynamic_cast<const MismatchError*>(&e) != nullptr;
     if (!mismatch && dynamic_cast<const ReportedError*>(&e) == nullptr) {
@@ -520,6 +528,10 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
     } catch (...) {
       t.work->finishWithError(std::current_exception());
     }
+    // After the error is out and the group marked broken: the dump may take a
+    // second, and later calls fail at once meanwhile (launchCpu) rather than queue
+    // behind it.
+    if (e.timedOut()) runFailureHooks();
   } catch (...) {
     FlightRecorder::get().failed(t.fr, -1);
     t.work->finishWithError(std::current_exception());

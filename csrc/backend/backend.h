@@ -231,7 +231,7 @@ class RingcollBackend final : public c10d::Backend {
                                         std::vector<at::Tensor> outputs, size_t bytes,
                                         std::chrono::milliseconds timeout, Body body);
   c10::intrusive_ptr<c10d::Work> launchCpu(c10d::OpType type, const char* op,
-                                           const std::string& label,
+                                           const CallLabel& label,
                                            uint64_t seq, algo::Fingerprint fp,
                                            std::vector<at::Tensor> outputs,
                                            size_t bytes, std::chrono::milliseconds timeout,
@@ -243,7 +243,7 @@ class RingcollBackend final : public c10d::Backend {
   // in the store, abort(), shutdown() with no progress for kShutdownGrace).
   void checkInterrupts(CpuTask& task);
   // A collective called, or started, after abort()/shutdown() fails at once.
-  void throwIfStopped(const std::string& label) const;
+  void throwIfStopped(const CallLabel& label) const;
   // What another rank reported in the group's store (a disagreement), "" if none.
   std::string peerReport();
   // The first failure of this group, as this rank saw or learnt it; "" if none.
@@ -284,11 +284,11 @@ class RingcollBackend final : public c10d::Backend {
   };
   // The messages as one job (one NCCL group) on the stream path of their device.
   c10::intrusive_ptr<c10d::Work> launchStreamMessages(c10d::OpType type,
-                                                      const std::string& label, uint64_t seq,
+                                                      const CallLabel& label, uint64_t seq,
                                                       std::vector<StreamMessage> messages);
   // The point-to-point stream path for `t`'s device, created if needed.
   std::shared_ptr<StreamPath> pointToPointPathFor(const at::Tensor& t, const char* op,
-                                                  const std::string& label);
+                                                  const CallLabel& label);
 
   const c10::intrusive_ptr<c10d::Store> store_;
   const Knobs knobs_;
@@ -354,7 +354,9 @@ class RingcollBackend final : public c10d::Backend {
   at::Tensor workspace_;  // bytes, CPU; see workspace()
   std::atomic<uint64_t> seq_{0};
   std::mutex brokenMutex_;
-  std::string broken_;  // the first peer failure, once there was one
+  std::string brokenWhy_;  // the first peer failure, once there was one (brokenMutex_)
+  std::atomic<bool> broken_{false};  // brokenWhy_ is set: every later call fails at once
+
   std::atomic<int> stop_{0};  // a Stop
   // The stream paths (stream_path.h): CUDA tensors' (created by the first CUDA
   // collective, bound to its device), and CPU tensors' under RINGCOLL_TRANSPORT=
@@ -376,7 +378,7 @@ class RingcollBackend final : public c10d::Backend {
   std::vector<uint64_t> pairSeq_[2];
   // The stream path for `first`'s device, created if needed; throws if stopped.
   std::shared_ptr<StreamPath> streamPathFor(const at::Tensor& first, const char* op,
-                                            const std::string& label);
+                                            const CallLabel& label);
   // Held shared by every CPU launch (launchCpu, links()) from its stop_ check to
   // its return, and exclusively by stop() while it frees worker_, executor_ and
   // transport_: an abort() from another thread never frees them under a running

@@ -32,7 +32,7 @@ std::exception_ptr backendError(const std::string& msg) {
 // failed (stream_path.h). It keeps the device alive, so it may outlive the path.
 class StreamWork final : public c10d::Work {
  public:
-  StreamWork(int rank, c10d::OpType type, std::string label, uint64_t seq,
+  StreamWork(int rank, c10d::OpType type, CallLabel label, uint64_t seq,
              std::shared_ptr<StreamDevice> device, std::vector<at::Tensor> outputs,
              std::chrono::milliseconds timeout, bool blocking)
       : c10d::Work(rank, type),
@@ -60,7 +60,7 @@ class StreamWork final : public c10d::Work {
     keep_.insert(keep_.end(), tensors.begin(), tensors.end());
     if (owned) owned_ = std::move(owned);
   }
-  const std::string& label() const { return label_; }
+  const CallLabel& label() const { return label_; }
   std::chrono::steady_clock::time_point started() const { return start_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   // The end was reached (a device fault throws).
@@ -164,7 +164,7 @@ class StreamWork final : public c10d::Work {
     }
   }
 
-  const std::string label_;
+  const CallLabel label_;
   const uint64_t seq_;
   const std::shared_ptr<StreamDevice> device_;
   std::vector<at::Tensor> outputs_;
@@ -248,7 +248,7 @@ void StreamPath::abort(const std::string& why) {
 }
 
 c10::intrusive_ptr<c10d::Work> StreamPath::launch(
-    c10d::OpType type, const algo::TraceTag& tag, const std::string& label, uint64_t seq,
+    c10d::OpType type, const algo::TraceTag& tag, const CallLabel& label, uint64_t seq,
     const algo::Fingerprint& fp, std::chrono::milliseconds timeout,
     const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, const Body& body) {
   auto unusable = [this, &label] {
@@ -382,7 +382,7 @@ void StreamPath::watchdog() {
     try {
       retireFinished();
     } catch (const std::exception& e) {
-      fault = c10::str(pending_.empty() ? std::string("a collective") : pending_.front()->label(),
+      fault = c10::str(pending_.empty() ? std::string("a collective") : pending_.front()->label().str(),
                        ": the device failed: ", e.what());
     }
     completeRetired(lock);

@@ -50,6 +50,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "backend/stream_device.h"
+#include "backend/work.h"
 #include "common/knobs.h"
 #include "engine/call.h"
 #include "engine/fingerprint.h"
@@ -71,7 +72,7 @@ class StreamPath {
 
   // `fp`: the call's fingerprint; `timeout`: the op's, the watchdog's limit for it.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const algo::TraceTag& tag,
-                                        const std::string& label, uint64_t seq,
+                                        const CallLabel& label, uint64_t seq,
                                         const algo::Fingerprint& fp,
                                         std::chrono::milliseconds timeout,
                                         const std::vector<at::Tensor>& inputs,

@@ -24,7 +24,7 @@ std::string readFailureReport(const c10::intrusive_ptr<c10d::Store>& store,
   return "";
 }
 
-RingcollWork::RingcollWork(int rank, c10d::OpType type, std::string label, uint64_t seq,
+RingcollWork::RingcollWork(int rank, c10d::OpType type, CallLabel label, uint64_t seq,
                            std::chrono::milliseconds timeout,
                            std::vector<at::Tensor> outputs,
                            std::function<std::string()> describeWait)
@@ -33,18 +33,33 @@ RingcollWork::RingcollWork(int rank, c10d::OpType type, std::string label, uint6
       seq_(seq),
       timeout_(timeout),
       outputs_(std::move(outputs)),
-      describeWait_(std::move(describeWait)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+      describeWait_(std::move(describeWait)) {}
 
-std::string RingcollWork::label(const std::string& opName, uint64_t seq, int rank,
-                                int size) {
-  return c10::str("ringcoll::", opName, " #", seq, " (rank ", rank, " of ", size, ")");
+std::string CallLabel::str() const { return c10::str(*this); }
+
+std::ostream& operator<<(std::ostream& os, const CallLabel& l) {
+  return os << "ringcoll::" << l.op << " #" << l.seq << " (rank " << l.rank << " of " << l.size
+            << ")";
 }
 
 std::vector<at::Tensor> RingcollWork::result() { return outputs_; }
 
-c10::intrusive_ptr<c10::ivalue::Future> RingcollWork::getFuture() { return future_; }
+// Made on first request (most calls never ask; DDP's hooks do, before the call
+// ends): a future made after the call ended is made completed.
+c10::intrusive_ptr<c10::ivalue::Future> RingcollWork::getFuture() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!future_) {
+    future_ = c10::make_intrusive<c10::ivalue::Future>(c10::ListType::ofTensors());
+    if (ended_) {
+      if (exception_) {
+        future_->setError(exception_);
+      } else {
+        future_->markCompleted(c10::IValue(outputs_));
+      }
+    }
+  }
+  return future_;
+}
 
 bool RingcollWork::wait(std::chrono::milliseconds timeout) {
   const auto limit = timeout == kNoTimeout ? timeout_ : timeout;
@@ -59,24 +74,31 @@ bool RingcollWork::wait(std::chrono::milliseconds timeout) {
   return true;
 }
 
-// The future is completed before wait() is released, so a caller that returns
-// from wait() always finds getFuture().value() set. DDP's comm-hook callbacks run
-// inside markCompleted, on the worker thread.
-void RingcollWork::finish() {
-  future_->markCompleted(c10::IValue(outputs_));
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    completed_ = true;
-  }
-  cv_.notify_all();
-}
+// The future, if made, is completed before wait() is released, so a caller that
+// returns from wait() always finds getFuture().value() set. DDP's comm-hook
+// callbacks run inside markCompleted, on the thread that ran the collective.
+void RingcollWork::finish() { end(nullptr); }
 
-void RingcollWork::finishWithError(std::exception_ptr error) {
-  future_->setError(error);
+void RingcollWork::finishWithError(std::exception_ptr error) { end(std::move(error)); }
+
+void RingcollWork::end(std::exception_ptr error) {
+  c10::intrusive_ptr<c10::ivalue::Future> future;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ended_ = true;  // from here getFuture() makes a completed future
+    exception_ = error;
+    future = future_;
+  }
+  if (future) {
+    if (error) {
+      future->setError(error);
+    } else {
+      future->markCompleted(c10::IValue(outputs_));
+    }
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     completed_ = true;
-    exception_ = error;
   }
   cv_.notify_all();
 }

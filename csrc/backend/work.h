@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <functional>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -30,11 +31,23 @@ void postFailureReport(const c10::intrusive_ptr<c10d::Store>& store, const std::
 std::string readFailureReport(const c10::intrusive_ptr<c10d::Store>& store,
                               const std::string& key);
 
+// "ringcoll::allreduce #7 (rank 1 of 4)": the prefix of every runtime error of a
+// call. Every call has one and few print it, so it is formatted only when printed
+// (c10::str(label, ...) or str()). `op` is a string literal.
+struct CallLabel {
+  const char* op;
+  uint64_t seq;
+  int rank;
+  int size;
+  std::string str() const;
+};
+std::ostream& operator<<(std::ostream& os, const CallLabel& label);
+
 class RingcollWork final : public c10d::Work {
  public:
   // `describeWait` is called only on timeout, to say whom the op waits for.
   // `label`: see label() below; it prefixes the timeout error.
-  RingcollWork(int rank, c10d::OpType type, std::string label, uint64_t seq,
+  RingcollWork(int rank, c10d::OpType type, CallLabel label, uint64_t seq,
                std::chrono::milliseconds timeout, std::vector<at::Tensor> outputs,
                std::function<std::string()> describeWait);
 
@@ -52,17 +65,18 @@ class RingcollWork final : public c10d::Work {
   void finish();
   void finishWithError(std::exception_ptr error);
 
-  // "ringcoll::allreduce #7 (rank 1 of 4)": the prefix of every runtime error.
-  static std::string label(const std::string& opName, uint64_t seq, int rank, int size);
 
  private:
-  const std::string label_;
+  const CallLabel label_;
   const uint64_t seq_;
   const std::chrono::milliseconds timeout_;
   std::vector<at::Tensor> outputs_;
   std::function<std::string()> describeWait_;
   std::atomic<int> sourceRank_{-1};
-  c10::intrusive_ptr<c10::ivalue::Future> future_;
+  void end(std::exception_ptr error);
+
+  bool ended_ = false;  // the outputs are final (under mutex_)
+  c10::intrusive_ptr<c10::ivalue::Future> future_;  // made by getFuture()
 };
 
 }  // namespace ringcoll

@@ -136,29 +136,36 @@ std::string Selector::noted(const std::string& why) const {
   return note_.empty() ? why : RC_STR(note_, "; ", why);
 }
 
-Choice Selector::pick(Collective c, size_t bytes) const {
+Choice Selector::pick(Collective c, size_t bytes, bool explain) const {
   const auto& rules = rules_[static_cast<size_t>(c)];
-  const std::string name = torchCollectiveName(c);
   const Algorithm& fallback = defaultAlgorithm(c);
+  // The reason is text for RINGCOLL_DEBUG: built only when asked for, as formatting
+  // it would cost more than the rest of a small collective's choice.
+  auto because = [&](bool withNote, auto&&... parts) {
+    if (!explain) return std::string();
+    const std::string why = RC_STR(parts...);
+    return withNote ? noted(why) : why;
+  };
+  const char* name = torchCollectiveName(c);
   for (const auto& r : rules) {
     if (r.ranged && (bytes < r.lo || bytes >= r.hi)) continue;
     if (single_) {
       // One name applies to the collectives the algorithm provides; the others run
       // their default (RINGCOLL_DEBUG logs this reason).
       if (!r.algorithm->provides(c)) {
-        return {&fallback, noted(RC_STR("default: ", r.algorithm->name, " (RINGCOLL_ALGO=",
-                                        value_, ") does not provide ", name))};
+        return {&fallback, because(true, "default: ", r.algorithm->name, " (RINGCOLL_ALGO=",
+                                   value_, ") does not provide ", name)};
       }
-      return {r.algorithm, noted(RC_STR("RINGCOLL_ALGO=", value_))};
+      return {r.algorithm, because(true, "RINGCOLL_ALGO=", value_)};
     }
-    return {r.algorithm,
-            noted(r.ranged ? RC_STR("RINGCOLL_ALGO ", name, " range ", r.text)
-                  : rules.size() > 1 ? RC_STR("RINGCOLL_ALGO ", name, ", beyond its ranges")
-                                     : RC_STR("RINGCOLL_ALGO ", name))};
+    if (r.ranged) return {r.algorithm, because(true, "RINGCOLL_ALGO ", name, " range ", r.text)};
+    return {r.algorithm, rules.size() > 1
+                             ? because(true, "RINGCOLL_ALGO ", name, ", beyond its ranges")
+                             : because(true, "RINGCOLL_ALGO ", name)};
   }
-  return {&fallback,
-          rules.empty() ? RC_STR("default: RINGCOLL_ALGO names no ", name)
-                        : RC_STR("default: no RINGCOLL_ALGO ", name, " range covers it")};
+  return {&fallback, rules.empty()
+                         ? because(false, "default: RINGCOLL_ALGO names no ", name)
+                         : because(false, "default: no RINGCOLL_ALGO ", name, " range covers it")};
 }
 
 }  // namespace ringcoll::algo

@@ -47,7 +47,7 @@ namespace ringcoll::algo {
 
 struct Choice {
   const Algorithm* algorithm = nullptr;
-  std::string why;  // e.g. "RINGCOLL_ALGO allreduce range 0-64K", for RINGCOLL_DEBUG
+  std::string why;  // e.g. "RINGCOLL_ALGO all_reduce range 0-64K"; empty unless asked for
 };
 
 class Selector {
@@ -56,7 +56,8 @@ class Selector {
   explicit Selector(const std::string& value);
 
   // The algorithm for collective c over `bytes` bytes (always one that provides c).
-  Choice pick(Collective c, size_t bytes) const;
+  // `explain`: fill Choice::why (for RINGCOLL_DEBUG; costs a formatted string).
+  Choice pick(Collective c, size_t bytes, bool explain = false) const;
 
   const std::string& value() const { return value_; }
 
