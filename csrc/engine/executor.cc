@@ -7,7 +7,7 @@
 namespace ringcoll::algo {
 
 Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t segElems,
-                     Fingerprint* header, Tracer* tracer)
+                     Fingerprint* header, Tracer* tracer, PlanCache* plans)
     : transport_(transport),
       reducer_(reducer),
       job_(std::move(job)),
@@ -15,7 +15,12 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
       prologueDone_(!job_.prologue),
       elemSize_(elementSize(job_.dtype)),
       streaming_(job_.n * elemSize_ > reducer.streamingBytes()),
-      plan_(compilePlan(job_.schedule, segElems, job_.divideBy > 0, transport.rank())),
+      planHold_(plans != nullptr
+                    ? plans->get(job_.schedule, segElems, job_.divideBy > 0, transport.rank())
+                    : std::make_shared<const Plan>(compilePlan(job_.schedule, segElems,
+                                                               job_.divideBy > 0,
+                                                               transport.rank()))),
+      plan_(*planHold_),
       state_(plan_.ops.size(), 0),
       chan_(plan_.channels.size()),
       remaining_(plan_.ops.size()),
@@ -221,7 +226,7 @@ bool Execution::exchangeHeaders() {
   return moved;
 }
 
-bool Execution::postSends(Channel& c, size_t ci) {
+bool Execution::postSends(const Channel& c, size_t ci) {
   ChannelState& cs = chan_[ci];
   bool moved = false;
   if (!prologueDone_) return false;
@@ -246,7 +251,7 @@ bool Execution::postSends(Channel& c, size_t ci) {
   return moved;
 }
 
-bool Execution::postRecvs(Channel& c, size_t ci) {
+bool Execution::postRecvs(const Channel& c, size_t ci) {
   ChannelState& cs = chan_[ci];
   bool moved = false;
   while (cs.recvPosted < c.recvs.size()) {
@@ -263,7 +268,7 @@ bool Execution::postRecvs(Channel& c, size_t ci) {
   return moved;
 }
 
-bool Execution::consumeRecvs(Channel& c, size_t ci) {
+bool Execution::consumeRecvs(const Channel& c, size_t ci) {
   ChannelState& cs = chan_[ci];
   bool moved = false;
   while (cs.recvConsumed < cs.recvPosted) {
@@ -361,7 +366,7 @@ bool Execution::runFinishes() {
   return moved;
 }
 
-void Execution::collectSends(Channel& c, size_t ci) {
+void Execution::collectSends(const Channel& c, size_t ci) {
   ChannelState& cs = chan_[ci];
   if (cs.sendComplete == cs.sendNext) return;
   const uint64_t raw = transport_.sendsDone(c.peer);
@@ -434,7 +439,7 @@ size_t Executor::segmentElems(DType dtype) const {
 std::unique_ptr<Execution> Executor::start(Job job) {
   const size_t seg = segmentElems(job.dtype);
   return std::make_unique<Execution>(transport_, reducer_, std::move(job), seg,
-                                     headers_.data(), tracer_);
+                                     headers_.data(), tracer_, &plans_);
 }
 
 bool Executor::drive(Execution& ex, Clock::time_point until,

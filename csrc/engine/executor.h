@@ -116,8 +116,9 @@ class Execution {
   // `headers`: where the fingerprint to each peer is sent from (the Executor's, one
   // per rank); they must stay valid until the transport completed the sends of this
   // execution's headers. `tracer`: where the record goes, null when not tracing.
+  // `plans`: where a plan compiled for the same schedule may be found (null: compile).
   Execution(Transport& transport, Reducer& reducer, Job job, size_t segElems,
-            Fingerprint* headers, Tracer* tracer = nullptr);
+            Fingerprint* headers, Tracer* tracer = nullptr, PlanCache* plans = nullptr);
   ~Execution();
   Execution(const Execution&) = delete;
   Execution& operator=(const Execution&) = delete;
@@ -149,16 +150,16 @@ class Execution {
   char* at(size_t elem) const;
   char* at(const PlanOp& op) const { return at(op.begin); }
   size_t bytes(const PlanOp& op) const;
-  bool postSends(Channel& c, size_t ci);
-  bool postRecvs(Channel& c, size_t ci);
-  bool consumeRecvs(Channel& c, size_t ci);
+  bool postSends(const Channel& c, size_t ci);
+  bool postRecvs(const Channel& c, size_t ci);
+  bool consumeRecvs(const Channel& c, size_t ci);
   bool runLocals();
   bool runFinishes();
   bool progressWaves();
   // Stream-ordered: a receive-copy may land in place (not when checked).
   bool inPlace(const PlanOp& op) const;
   void consume(const PlanOp& op, const void* view);
-  void collectSends(Channel& c, size_t ci);
+  void collectSends(const Channel& c, size_t ci);
   bool exchangeHeaders();
   bool runPrologue();
   void blocked(int peer, int step, const char* what);
@@ -208,7 +209,8 @@ class Execution {
   bool prologueDone_;                 // job_.prologue ran (or there is none)
   size_t elemSize_;
   bool streaming_;  // the buffer is larger than the reducer's streamingBytes()
-  Plan plan_;
+  std::shared_ptr<const Plan> planHold_;  // compiled, or shared with the executor's cache
+  const Plan& plan_;
   std::vector<uint8_t> state_;  // per op: 0 waiting, 1 posted, 2 done
   std::vector<ChannelState> chan_;
   size_t remaining_;
@@ -258,6 +260,7 @@ class Executor {
   std::atomic<int> waitingFor_{-1};
   std::vector<Fingerprint> headers_;  // the running execution's, one per peer
   Tracer* tracer_ = nullptr;
+  PlanCache plans_;
 };
 
 }  // namespace ringcoll::algo

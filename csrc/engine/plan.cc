@@ -211,4 +211,42 @@ Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish, int sel
   return plan;
 }
 
+namespace {
+bool sameSteps(const std::vector<Step>& a, const std::vector<Step>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t s = 0; s < a.size(); ++s) {
+    const Step& x = a[s];
+    const Step& y = b[s];
+    if (x.transfers.size() != y.transfers.size() || x.reduced != y.reduced) return false;
+    for (size_t t = 0; t < x.transfers.size(); ++t) {
+      const Transfer& u = x.transfers[t];
+      const Transfer& v = y.transfers[t];
+      if (u.kind != v.kind || u.peer != v.peer || !(u.range == v.range)) return false;
+    }
+  }
+  return true;
+}
+}  // namespace
+
+std::shared_ptr<const Plan> PlanCache::get(const Schedule& schedule, size_t segElems,
+                                           bool finish, int self) {
+  for (const Entry& e : entries_) {
+    if (e.segElems == segElems && e.finish == finish && e.self == self &&
+        e.result == schedule.result && sameSteps(e.steps, schedule.steps)) {
+      return e.plan;
+    }
+  }
+  auto plan = std::make_shared<const Plan>(compilePlan(schedule, segElems, finish, self));
+  if (plan->ops.size() <= kMaxOps) {
+    Entry e{schedule.steps, schedule.result, segElems, finish, self, plan};
+    if (entries_.size() < kEntries) {
+      entries_.push_back(std::move(e));
+    } else {
+      entries_[next_] = std::move(e);
+      next_ = (next_ + 1) % kEntries;
+    }
+  }
+  return plan;
+}
+
 }  // namespace ringcoll::algo

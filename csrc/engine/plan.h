@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "schedules/schedule.h"
@@ -76,5 +77,32 @@ struct Plan {
 // `self`: the rank the schedule is for (its transfers with peer `self` are local).
 // Precondition: segElems > 0.
 Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish, int self);
+
+// The plans of the last few schedules compiled, for calls that repeat (a training
+// step's all-reduces, a decoder's per-layer ones): compiling costs more than a
+// small collective's transfers. A plan is reused only for a schedule with the
+// same steps (transfers and reduced ranges), result range and arguments: all
+// compilePlan reads, so it is the plan compilePlan would return. Plans over kMaxOps operations are not kept.
+// Not thread-safe: one per executor, which one thread uses at a time.
+class PlanCache {
+ public:
+  std::shared_ptr<const Plan> get(const Schedule& schedule, size_t segElems, bool finish,
+                                  int self);
+
+  static constexpr size_t kEntries = 8;
+  static constexpr size_t kMaxOps = 4096;
+
+ private:
+  struct Entry {
+    std::vector<Step> steps;
+    Range result;
+    size_t segElems = 0;
+    bool finish = false;
+    int self = -1;
+    std::shared_ptr<const Plan> plan;
+  };
+  std::vector<Entry> entries_;
+  size_t next_ = 0;  // the entry replaced next, once all are taken
+};
 
 }  // namespace ringcoll::algo
