@@ -382,8 +382,9 @@ void StreamPath::watchdog() {
     try {
       retireFinished();
     } catch (const std::exception& e) {
-      fault = c10::str(pending_.empty() ? std::string("a collective") : pending_.front()->label().str(),
-                       ": the device failed: ", e.what());
+      fault = c10::str(
+          pending_.empty() ? std::string("a collective") : pending_.front()->label().str(),
+          ": the device failed: ", e.what());
     }
     completeRetired(lock);
     if (stopping_ || !broken_.empty()) break;

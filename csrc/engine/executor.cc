@@ -6,8 +6,8 @@
 
 namespace ringcoll::algo {
 
-Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t segElems,
-                     Fingerprint* header, Tracer* tracer, PlanCache* plans)
+Execution::Execution(Transport& transport, Reducer& reducer, Job job,
+                     std::shared_ptr<const Plan> plan, Fingerprint* header, Tracer* tracer)
     : transport_(transport),
       reducer_(reducer),
       job_(std::move(job)),
@@ -15,11 +15,7 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job, size_t seg
       prologueDone_(!job_.prologue),
       elemSize_(elementSize(job_.dtype)),
       streaming_(job_.n * elemSize_ > reducer.streamingBytes()),
-      planHold_(plans != nullptr
-                    ? plans->get(job_.schedule, segElems, job_.divideBy > 0, transport.rank())
-                    : std::make_shared<const Plan>(compilePlan(job_.schedule, segElems,
-                                                               job_.divideBy > 0,
-                                                               transport.rank()))),
+      planHold_(std::move(plan)),
       plan_(*planHold_),
       state_(plan_.ops.size(), 0),
       chan_(plan_.channels.size()),
@@ -437,9 +433,10 @@ size_t Executor::segmentElems(DType dtype) const {
 }
 
 std::unique_ptr<Execution> Executor::start(Job job) {
-  const size_t seg = segmentElems(job.dtype);
-  return std::make_unique<Execution>(transport_, reducer_, std::move(job), seg,
-                                     headers_.data(), tracer_, &plans_);
+  auto plan = plans_.get(job.schedule, segmentElems(job.dtype), job.divideBy > 0,
+                         transport_.rank());
+  return std::make_unique<Execution>(transport_, reducer_, std::move(job), std::move(plan),
+                                     headers_.data(), tracer_);
 }
 
 bool Executor::drive(Execution& ex, Clock::time_point until,

@@ -116,9 +116,10 @@ class Execution {
   // `headers`: where the fingerprint to each peer is sent from (the Executor's, one
   // per rank); they must stay valid until the transport completed the sends of this
   // execution's headers. `tracer`: where the record goes, null when not tracing.
-  // `plans`: where a plan compiled for the same schedule may be found (null: compile).
-  Execution(Transport& transport, Reducer& reducer, Job job, size_t segElems,
-            Fingerprint* headers, Tracer* tracer = nullptr, PlanCache* plans = nullptr);
+  // `plan`: job.schedule compiled for this rank (compilePlan, or the executor's
+  // PlanCache).
+  Execution(Transport& transport, Reducer& reducer, Job job,
+            std::shared_ptr<const Plan> plan, Fingerprint* headers, Tracer* tracer = nullptr);
   ~Execution();
   Execution(const Execution&) = delete;
   Execution& operator=(const Execution&) = delete;
@@ -209,8 +210,8 @@ class Execution {
   bool prologueDone_;                 // job_.prologue ran (or there is none)
   size_t elemSize_;
   bool streaming_;  // the buffer is larger than the reducer's streamingBytes()
-  std::shared_ptr<const Plan> planHold_;  // compiled, or shared with the executor's cache
-  const Plan& plan_;
+  std::shared_ptr<const Plan> planHold_;  // may be shared with the executor's cache
+  const Plan& plan_;                      // *planHold_
   std::vector<uint8_t> state_;  // per op: 0 waiting, 1 posted, 2 done
   std::vector<ChannelState> chan_;
   size_t remaining_;

@@ -211,28 +211,11 @@ Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish, int sel
   return plan;
 }
 
-namespace {
-bool sameSteps(const std::vector<Step>& a, const std::vector<Step>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t s = 0; s < a.size(); ++s) {
-    const Step& x = a[s];
-    const Step& y = b[s];
-    if (x.transfers.size() != y.transfers.size() || x.reduced != y.reduced) return false;
-    for (size_t t = 0; t < x.transfers.size(); ++t) {
-      const Transfer& u = x.transfers[t];
-      const Transfer& v = y.transfers[t];
-      if (u.kind != v.kind || u.peer != v.peer || !(u.range == v.range)) return false;
-    }
-  }
-  return true;
-}
-}  // namespace
-
 std::shared_ptr<const Plan> PlanCache::get(const Schedule& schedule, size_t segElems,
                                            bool finish, int self) {
   for (const Entry& e : entries_) {
     if (e.segElems == segElems && e.finish == finish && e.self == self &&
-        e.result == schedule.result && sameSteps(e.steps, schedule.steps)) {
+        e.result == schedule.result && e.steps == schedule.steps) {
       return e.plan;
     }
   }

@@ -81,11 +81,13 @@ struct Transfer {
   Kind kind = Kind::kSend;
   int peer = -1;
   Range range;
+  bool operator==(const Transfer&) const = default;
 };
 
 struct Step {
   std::vector<Transfer> transfers;
   std::vector<Range> reduced;  // complete on this rank once this step is done
+  bool operator==(const Step&) const = default;
 };
 
 // What a schedule is computed for.
