@@ -9,7 +9,10 @@ FileStore (and, with `gloo=True`, keeps a gloo group on the same ranks at
 `tests.mp.GLOO`). A rank that raises sends its formatted traceback to the parent,
 which fails the test with every rank's traceback; a world that does not finish in
 `timeout` seconds is killed and fails with the ranks that were still running, so
-a hang is a failure with a message, never a stuck CI. `transport` sets
+a hang is a failure with a message, never a stuck CI; so is a rank that returned
+but does not get through destroy_process_group and exit within EXIT_GRACE_S, and a
+rank still running shortly before the kill prints its threads' Python stacks to
+stderr. `transport` sets
 RINGCOLL_TRANSPORT in every rank (the tests run on "shm" and "gloo"). A rank in
 `may_exit` may die without reporting (a test that kills it); its result is None.
 `rank_env` gives variables per rank ({"RINGCOLL_HOST": ["a", "b", ...]}).
@@ -19,21 +22,28 @@ name).
 
 from __future__ import annotations
 
+import faulthandler
 import io
 import multiprocessing as mp
+import multiprocessing.connection as mpc
 import os
-import queue
 import tempfile
 import time
 import traceback
 from datetime import timedelta
 
+# After a rank reported, how long it may take to tear down and exit.
+EXIT_GRACE_S = 30
 GLOO = None  # set in each child: a gloo group over the same ranks, for references
 
 
-def _child(rank, world_size, store_path, fn, args, results, init_backend, pg_timeout_s, env):
+def _child(rank, world_size, store_path, fn, args, conn, init_backend, pg_timeout_s, env,
+           dump_after_s, exit_grace_s):
     global GLOO
     os.environ.update(env)
+    # A rank still running shortly before the parent kills it prints every thread's
+    # Python stack to stderr (pytest shows it with the failure): a hang says where.
+    faulthandler.dump_traceback_later(dump_after_s, exit=False)
     try:
         import torch
         import torch.distributed as dist
@@ -58,71 +68,129 @@ def _child(rank, world_size, store_path, fn, args, results, init_backend, pg_tim
         # file descriptors that vanish when this process exits.
         buf = io.BytesIO()
         torch.save(out, buf)
-        results.put((rank, "ok", buf.getvalue()))
+        # A pipe, not a Queue: send() has written the result when it returns (a
+        # Queue's feeder thread needs the GIL later), so a teardown that hangs cannot
+        # hide the test's outcome, and the parent tells the two apart.
+        conn.send(("ok", buf.getvalue()))
+        faulthandler.dump_traceback_later(exit_grace_s * 0.8, exit=False)  # a teardown hang
         if init_backend and dist.is_initialized():  # a test may have aborted it
             dist.destroy_process_group()
     except BaseException:  # noqa: BLE001 - everything goes to the parent
-        results.put((rank, "error", traceback.format_exc()))
+        conn.send(("error", traceback.format_exc()))
+    finally:
+        conn.close()
+
+
+def _threads_of(pid):
+    """Each thread of a live process: name, state, the kernel function it sleeps in
+    and (where readable) its kernel stack; native threads (ours, gloo's) have no
+    Python stack, so this is what says which of them is stuck."""
+    lines = []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError as e:
+        return f"(unreadable: {e})"
+    for tid in tids:
+        def read(name):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/{name}") as f:
+                    return f.read().strip()
+            except OSError:
+                return ""
+        stat = read("stat")
+        state = stat.rsplit(")", 1)[-1].split()[0] if ")" in stat else "?"
+        kstack = " <- ".join(l.split()[-1] for l in read("stack").splitlines()[:4])
+        lines.append(f"  {tid} {read('comm')!r} state={state} wchan={read('wchan') or '-'}"
+                     + (f" kernel: {kstack}" if kstack else ""))
+    return "\n".join(lines)
 
 
 def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
-              pg_timeout_s=60, env=None, transport=None, may_exit=(), rank_env=None):
+              pg_timeout_s=60, env=None, transport=None, may_exit=(), rank_env=None,
+              exit_grace_s=EXIT_GRACE_S):
     """Runs fn on world_size ranks; returns the list of per-rank return values."""
     ctx = mp.get_context("spawn")
-    results = ctx.Queue()
     env = {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", **(env or {})}
     if transport is not None:
         env["RINGCOLL_TRANSPORT"] = transport
+    outcomes = {}  # rank -> (status, payload); a later "error" (teardown) replaces "ok"
+    late = []  # ranks that reported but did not exit
+    stuck = {}  # rank -> its threads as the kernel saw them before the kill
     with tempfile.TemporaryDirectory(prefix="ringcoll-test-") as tmp:
         store_path = os.path.join(tmp, "store")
+        pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]
         procs = [
             ctx.Process(
                 target=_child,
-                args=(r, world_size, store_path, fn, args, results, init_backend,
+                args=(r, world_size, store_path, fn, args, pipes[r][1], init_backend,
                       pg_timeout_s,
-                      {**env, **{k: v[r] for k, v in (rank_env or {}).items()}}),
+                      {**env, **{k: v[r] for k, v in (rank_env or {}).items()}},
+                      max(timeout - 15, timeout * 0.75), exit_grace_s),
                 daemon=True,
             )
             for r in range(world_size)
         ]
         for p in procs:
             p.start()
-        deadline = time.monotonic() + timeout
-        outcomes = {}
-        while len(outcomes) < world_size:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            try:
-                rank, status, payload = results.get(timeout=min(left, 1.0))
-                outcomes[rank] = (status, payload)
-            except queue.Empty:
-                # A rank that died without reporting (segfault, os._exit) fails now.
-                dead = [r for r, p in enumerate(procs)
-                        if r not in outcomes and p.exitcode is not None]
-                for r in [r for r in dead if r in may_exit]:
-                    outcomes[r] = ("exited", None)
-                    dead.remove(r)
-                if dead:
-                    time.sleep(0.5)  # let a last report drain
-                    while not results.empty():
-                        rank, status, payload = results.get_nowait()
-                        outcomes[rank] = (status, payload)
-                    for r in dead:
-                        if r not in outcomes:
-                            outcomes[r] = ("error",
-                                           f"rank {r} exited with code {procs[r].exitcode} "
-                                           "without reporting")
-        for p in procs:
-            p.join(timeout=5)
+        for _, w in pipes:
+            w.close()  # the children hold the write ends: EOF once a child is gone
+        open_readers = {pipes[r][0]: r for r in range(world_size)}
+
+        def drain(until, done):
+            """Reads reports until `done()`, `until`, or every child closed its pipe."""
+            while open_readers and not done():
+                left = until - time.monotonic()
+                if left <= 0:
+                    return
+                for conn in mpc.wait(list(open_readers), timeout=min(left, 1.0)):
+                    r = open_readers[conn]
+                    try:
+                        status, payload = conn.recv()
+                    except EOFError:  # the child closed its end: it is exiting or dead
+                        del open_readers[conn]
+                        conn.close()
+                        if r not in outcomes:  # died without a word (a kill, os._exit)
+                            procs[r].join(timeout=5)
+                            outcomes[r] = (("exited", None) if r in may_exit else
+                                           ("error", f"rank {r} exited with code "
+                                                     f"{procs[r].exitcode} without reporting"))
+                        continue
+                    if status == "error" or r not in outcomes:
+                        outcomes[r] = (status, payload)
+
+        def reported():
+            return len(outcomes) == world_size
+
+        drain(time.monotonic() + timeout, reported)
+        # Every rank reported: each gets a while to tear down (destroy_process_group,
+        # whose errors still arrive) and exit; one that does not is a hang too, named
+        # as such. Otherwise the world is stuck and is killed now.
+        if reported():
+            exit_until = time.monotonic() + exit_grace_s
+            drain(exit_until, lambda: False)
+        else:
+            exit_until = time.monotonic() + 1
+        for r, p in enumerate(procs):
+            p.join(timeout=max(0.1, exit_until - time.monotonic()))
             if p.is_alive():
+                if reported() and outcomes[r][0] == "ok":
+                    late.append(r)
+                stuck[r] = _threads_of(p.pid)
                 p.kill()
                 p.join()
+        for conn in open_readers:
+            conn.close()
     missing = [r for r in range(world_size) if r not in outcomes]
     errors = [f"--- rank {r} ---\n{payload}" for r, (status, payload) in sorted(outcomes.items())
               if status == "error"]
     if missing:
         errors.append(f"ranks {missing} did not finish within {timeout} s (hang?) and were killed")
+    if late:
+        errors.append(f"ranks {late} returned but did not exit within {exit_grace_s} s "
+                      "(a hang in destroy_process_group or at exit) and were killed")
+    if missing or late:
+        errors += [f"--- rank {r}'s threads (its Python stacks are on stderr) ---\n{t}"
+                   for r, t in sorted(stuck.items())]
     if errors:
         raise AssertionError(f"world of {world_size} failed:\n" + "\n".join(errors))
     import torch
