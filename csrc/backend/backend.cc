@@ -214,6 +214,10 @@ void RingcollBackend::stop(Stop how) {
     // Nothing runs on them any more: unmap the shared memory, close the lanes.
     executor_.reset();
     transport_.reset();
+    // The gloo group under the transports goes too, here and not as a member after
+    // the destructor's body: ~ProcessGroupGloo joins its threads, which must not
+    // happen with the GIL held (a thread that needs it would never finish).
+    p2p_.reset();
     // Every execution is gone: write the rest of the trace and close the file.
     traceWriter_.reset();
   };

@@ -295,7 +295,7 @@ class RingcollBackend final : public c10d::Backend {
   const algo::Selector selector_;
   const algo::Selector gpuSelector_;  // for CUDA tensors (Knobs::gpuAlgo)
   const std::chrono::milliseconds timeout_;
-  c10::intrusive_ptr<c10d::Backend> p2p_;
+  c10::intrusive_ptr<c10d::Backend> p2p_;  // the gloo group the ports ride on; stop() drops it
   std::vector<int> ringOrder_;
   std::vector<int> ringNeighbours_;  // the ranks before and after this one in ringOrder_
   int64_t frGroup_ = -1;  // this group in the flight recorder (backend/flight_recorder.h)
