@@ -81,7 +81,7 @@ def _child(rank, world_size, store_path, fn, args, conn, init_backend, pg_timeou
         conn.close()
 
 
-def _threads_of(pid):
+def _threads_of(pid, native=True):
     """Each thread of a live process: name, state, the kernel function it sleeps in
     and (where readable) its kernel stack; native threads (ours, gloo's) have no
     Python stack, so this is what says which of them is stuck."""
@@ -102,7 +102,34 @@ def _threads_of(pid):
         kstack = " <- ".join(l.split()[-1] for l in read("stack").splitlines()[:4])
         lines.append(f"  {tid} {read('comm')!r} state={state} wchan={read('wchan') or '-'}"
                      + (f" kernel: {kstack}" if kstack else ""))
-    return "\n".join(lines)
+    return "\n".join(lines) + (_native_stacks(pid) if native else "")
+
+
+def _native_stacks(pid, frames=10):
+    """Every thread's native stack (gdb, where installed and allowed to attach): a
+    hang in C++ (a join, a lock, a wait) shows which call it sits in."""
+    import re
+    import shutil
+    import subprocess
+
+    if shutil.which("gdb") is None:
+        return ""
+    try:
+        out = subprocess.run(
+            ["gdb", "-p", str(pid), "-batch", "-nx", "-ex", "set pagination off",
+             "-ex", f"thread apply all bt {frames}"],
+            capture_output=True, text=True, timeout=45).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"\n  (gdb: {e})"
+    keep = []
+    for line in out.splitlines():
+        if line.startswith("Thread "):
+            keep.append("  " + line)
+        elif line.startswith("#"):
+            # "#3  0x... in ns::f (args...) at file.cc:12" -> "#3 ns::f at file.cc:12"
+            m = re.match(r"(#\d+)\s+(?:0x[0-9a-f]+ in )?(\S+).*?((?: at | from )\S+)?$", line)
+            keep.append("    " + (" ".join(g.strip() for g in m.groups() if g) if m else line)[:200])
+    return "\n  native stacks (gdb):\n" + "\n".join(keep) if keep else ""
 
 
 def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
@@ -162,20 +189,22 @@ def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
             return len(outcomes) == world_size
 
         drain(time.monotonic() + timeout, reported)
-        # Every rank reported: each gets a while to tear down (destroy_process_group,
+        # Every rank succeeded: each gets a while to tear down (destroy_process_group,
         # whose errors still arrive) and exit; one that does not is a hang too, named
-        # as such. Otherwise the world is stuck and is killed now.
+        # as such. A rank that failed skips destroy_process_group and may be slow to
+        # exit with its group alive; the test fails (or expected that) anyway, so it
+        # gets a few seconds, as does a world that is stuck.
+        clean = reported() and all(s != "error" for s, _ in outcomes.values())
+        exit_until = time.monotonic() + (exit_grace_s if clean else 5)
         if reported():
-            exit_until = time.monotonic() + exit_grace_s
             drain(exit_until, lambda: False)
-        else:
-            exit_until = time.monotonic() + 1
         for r, p in enumerate(procs):
             p.join(timeout=max(0.1, exit_until - time.monotonic()))
             if p.is_alive():
-                if reported() and outcomes[r][0] == "ok":
+                if clean:
                     late.append(r)
-                stuck[r] = _threads_of(p.pid)
+                if clean or not reported():  # a hang, reported below with its threads
+                    stuck[r] = _threads_of(p.pid, native=len(stuck) < 2)  # gdb: seconds
                 p.kill()
                 p.join()
         for conn in open_readers:

@@ -53,7 +53,7 @@ def test_hang_is_killed_and_named():
     with pytest.raises(AssertionError, match=r"(?s)ranks \[1\] did not finish within 8 s.*"
                                              r"rank 1's threads"):
         mp.run_world(2, hangs_on_last, init_backend=None, timeout=8)
-    assert time.monotonic() - t0 < 30
+    assert time.monotonic() - t0 < 150  # killed, not waited for (gdb may take a while)
 
 
 def test_teardown_hang_is_named():
