@@ -81,13 +81,18 @@ struct Transfer {
   Kind kind = Kind::kSend;
   int peer = -1;
   Range range;
-  bool operator==(const Transfer&) const = default;
+  // Written out, not defaulted: torch <= 2.11 builds extensions as C++17.
+  bool operator==(const Transfer& o) const {
+    return kind == o.kind && peer == o.peer && range == o.range;
+  }
 };
 
 struct Step {
   std::vector<Transfer> transfers;
   std::vector<Range> reduced;  // complete on this rank once this step is done
-  bool operator==(const Step&) const = default;
+  bool operator==(const Step& o) const {
+    return transfers == o.transfers && reduced == o.reduced;
+  }
 };
 
 // What a schedule is computed for.
