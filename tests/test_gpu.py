@@ -43,6 +43,12 @@ KERNEL_OPS = ["sum", "product", "min", "max", "band", "bor", "bxor"]
 NCCL_DTYPES = {torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8,
                torch.uint8, torch.int32, torch.int64}
 FLOATS = {torch.float32, torch.float64, torch.float16, torch.bfloat16}
+# (dtype, op) where stock NCCL is not a reference: ProcessGroupNCCL hands NCCL the
+# factor of a bfloat16 PREMUL_SUM as a 4-byte float (unpackPreMulSum<float,
+# ncclBfloat16>), and NCCL reads a 2-byte bfloat16 from it, so its result is not the
+# exact one (seen at p = 2, 3 and 4 on an H200, torch 2.11, NCCL 2.28.9). ringcoll
+# is still checked against the exact reference there.
+NCCL_WRONG = {(torch.bfloat16, "PREMUL_SUM")}
 
 
 def _torch_ref(a, b, op, dtype):
@@ -235,9 +241,10 @@ def gpu_matrix(rank, p):
                 x = inputs[rank].cuda()
                 dist.all_reduce(x, op=cases.reduce_op(op))
                 check(same(x.cpu(), want), f"all_reduce {dtype} {op} n={n}")
-                if dtype in NCCL_DTYPES and op not in ("BAND", "BOR", "BXOR"):
+                if (dtype in NCCL_DTYPES and op not in ("BAND", "BOR", "BXOR")
+                        and (dtype, op) not in NCCL_WRONG):
                     # NCCL has no bitwise ops, and ProcessGroupNCCL no int16 (it
-                    # raises "Unsupported data type": the 2026-11-23 run)
+                    # raises "Unsupported data type")
                     y = inputs[rank].cuda()
                     dist.all_reduce(y, op=cases.reduce_op(op), group=nccl)
                     check(same(y.cpu(), want), f"nccl disagrees with the reference: "
