@@ -4,7 +4,11 @@
 # with one GPU its multi-rank part runs 2, 3 and 4 ranks sharing it), and with
 # --bench also the like-for-like benchmark against NCCL (--share-gpu on one GPU).
 #
-#   bash tests/run_gpu.sh [--bench] [pytest args...]
+#   bash tests/run_gpu.sh [--bench] [--sanitize] [pytest args...]
+#
+# --sanitize: compute-sanitizer memcheck and racecheck on the kernel tests and on a
+# two-rank all-reduce, broadcast and reduce-scatter (tests/gpu_sanitize.py).
+# pytest-xdist's -n 3 runs the suite about 3x faster on a 16-core machine.
 #
 # pytest args that name tests (tests/test_gpu.py::test_x[2] ...) run just those;
 # otherwise (-k, -x, ... or nothing) the whole of tests/test_gpu.py runs. -v: each
@@ -20,7 +24,14 @@ OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 BENCH=0
-if [ "${1:-}" = "--bench" ]; then BENCH=1; shift; fi
+SANITIZE=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --bench) BENCH=1; shift ;;
+    --sanitize) SANITIZE=1; shift ;;
+    *) break ;;
+  esac
+done
 if [ -e /lib/x86_64-linux-gnu/libstdc++.so.6 ]; then
   export LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6${LD_PRELOAD:+:$LD_PRELOAD}
 fi
@@ -41,6 +52,17 @@ rc=0
 # Bounded: a hang is a failure with a message, never a stuck session.
 timeout ${GPU_TEST_LIMIT_S:-1800} "$PY" -m pytest -v -rA -s $TARGET "$@" 2>&1 \
   | tee "$OUT/test_gpu.log" || rc=$?
+if [ "$SANITIZE" = 1 ]; then
+  {
+    PT="$PY -m pytest -q -p no:cacheprovider tests/test_gpu.py -k"
+    CS="timeout ${GPU_SANITIZE_LIMIT_S:-600} compute-sanitizer --error-exitcode 9"
+    $CS --tool memcheck --report-api-errors no $PT "kernels or fp8 or scale" || rc=$?
+    $CS --tool racecheck $PT "kernels or fp8 or scale" || rc=$?
+    $CS --tool memcheck --report-api-errors no --target-processes all "$PY" tests/gpu_sanitize.py || rc=$?
+    $CS --tool racecheck --kernel-name kns=ringcoll --target-processes all "$PY" tests/gpu_sanitize.py || rc=$?
+  } > "$OUT/sanitizer.log" 2>&1
+  grep -E "SUMMARY|passed|failed|wrong results" "$OUT/sanitizer.log"
+fi
 if [ "$BENCH" = 1 ]; then
   timeout ${GPU_BENCH_LIMIT_S:-1800} "$PY" -m ringcoll.bench --device cuda --share-gpu \
     --nproc 2,4 -b 4K -e 128M -f 8 --backends ringcoll,nccl-ring \
