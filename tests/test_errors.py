@@ -194,10 +194,11 @@ def missing_peer(rank, p):
 
 
 def test_missing_peer_times_out_with_names(transport):
-    # No flight-recorder dump: torch 2.15's recorder dumps on a thread of its own after
-    # the timeout, symbolizing stacks (importing torch._dynamo on first use), and the
-    # next collective's record waits for it, 2-3 s on this machine. That is torch's
-    # cost, not the group's; test_flight_recorder covers the dump.
+    # No flight-recorder dump: torch 2.15's recorder hook (run by ringcoll as a c10d
+    # abort hook) dumps on a thread of its own after the timeout, symbolizing stacks
+    # (importing torch._dynamo on first use), and the next collective's record waits
+    # for it, 2-3 s on this machine. That is torch's cost, not the group's, and
+    # torch's hook honours this knob; test_flight_recorder covers the dump.
     results = mp.run_world(3, missing_peer, pg_timeout_s=3, timeout=120, transport=transport,
                            env={"TORCH_FR_DUMP_ON_TIMEOUT": "0"})
     for rank, res in enumerate(results[:-1]):

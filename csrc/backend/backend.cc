@@ -527,18 +527,15 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
       postFailureReport(store_, kFailureKey,
                         c10::str("rank ", getRank(), " found that ", e.what()));
     }
-    // Before the error is out, as ProcessGroupNCCL's watchdog dumps before it
-    // throws: ringcoll's own dump (torch < 2.15) symbolizes stacks under the GIL,
-    // which the caller does not hold while it waits. (torch 2.15's recorder hook
-    // dumps on a thread of its own, and the next collective's record waits for it.)
-    // The group is already marked broken: a call another thread makes meanwhile
-    // fails at once (launchCpu).
-    if (e.timedOut()) runFailureHooks();
     try {
       C10_THROW_ERROR(DistBackendError, msg);
     } catch (...) {
       t.work->finishWithError(std::current_exception());
     }
+    // After the error is out and the group marked broken: the dump may take a
+    // second, and later calls fail at once meanwhile (launchCpu) rather than queue
+    // behind it.
+    if (e.timedOut()) runFailureHooks();
   } catch (...) {
     FlightRecorder::get().failed(t.fr, -1);
     t.work->finishWithError(std::current_exception());
@@ -547,9 +544,6 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
 }
 
 void RingcollBackend::runFailureHooks() {
-  // c10d's abort hooks are torch's dump-on-failure trigger (2.15+), so the knob
-  // that turns the dump off turns them off too.
-  if (!FlightRecorder::dumpOnFailure()) return;
   FlightRecorder::get().write(globalRank_, /*once=*/true);
   for (const auto& h : abortHooks_.snapshot()) {
     try {

@@ -34,6 +34,11 @@ size_t capacityFromEnv() {
   return n > 0 ? static_cast<size_t>(n) : 0;
 }
 
+bool dumpOnFailure() {
+  const char* v = env("TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_NCCL_DUMP_ON_TIMEOUT");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -219,11 +224,6 @@ std::string FlightRecorder::dump(bool onlyActive) const {
   result.insert("comm_lib_version", "ringcoll");
   result.insert("entries", entries);
   return c10d::pickle_str(result);
-}
-
-bool FlightRecorder::dumpOnFailure() {
-  const char* v = env("TORCH_FR_DUMP_ON_TIMEOUT", "TORCH_NCCL_DUMP_ON_TIMEOUT");
-  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 bool FlightRecorder::write(int globalRank, bool once) {

@@ -60,11 +60,6 @@ class FlightRecorder {
   // (the dump on failure). False when off or already dumped.
   bool write(int globalRank, bool once);
 
-  // Whether a timeout dumps: unless TORCH_FR_DUMP_ON_TIMEOUT (or
-  // TORCH_NCCL_DUMP_ON_TIMEOUT) is 0. Also gates c10d's abort hooks (runFailureHooks):
-  // from 2.15 they are how torch's recorder dumps.
-  static bool dumpOnFailure();
-
   // torch's name of a ringcoll op ("allreduce" -> "all_reduce", ...).
   static std::string profilingName(const char* op);
 
