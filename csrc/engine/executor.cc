@@ -47,6 +47,7 @@ Execution::Execution(Transport& transport, Reducer& reducer, Job job,
       h.base = transport_.sendsDone(peer);
       headers_.push_back(h);
     };
+    headers_.reserve(plan_.channels.size() + job_.neighbours.size());
     for (const auto& c : plan_.channels) add(c.peer);  // headers_[ci] is channel ci
     for (int peer : job_.neighbours) add(peer);
     headersOpen_ = 2 * headers_.size();
