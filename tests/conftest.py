@@ -24,8 +24,8 @@ def transport(request):
 # RINGCOLL_ name: ringcoll rejects unknown RINGCOLL_ variables, and the test
 # processes inherit this environment.)
 # A test marked `once_across_shards` (slow, and the same on every torch: the
-# namespace tests of test_hosts.py) is sharded like a parameter set, so that CI
-# runs it once, not once per torch.
+# namespace tests of test_hosts.py, the harness's hang tests) is sharded like a
+# parameter set, so that CI runs it once, not once per torch.
 def pytest_configure(config):
     config.addinivalue_line("markers", "once_across_shards: run in one CI shard only "
                                        "(slow, and the same on every torch)")
