@@ -18,6 +18,7 @@ class Options:
     transport: str | None = None  # RINGCOLL_TRANSPORT: auto | shm | gloo | stream
     chunk_bytes: int | None = None  # RINGCOLL_CHUNK_BYTES (>= 64)
     inline_bytes: int | None = None  # RINGCOLL_INLINE_BYTES
+    small_bytes: int | None = None  # RINGCOLL_SMALL_BYTES (0: no small all-reduce)
     host: str | None = None  # RINGCOLL_HOST
     debug: bool | None = None  # RINGCOLL_DEBUG
     fingerprint: bool | None = None  # RINGCOLL_FINGERPRINT
@@ -41,6 +42,8 @@ class Options:
             out["RINGCOLL_CHUNK_BYTES"] = str(int(self.chunk_bytes))
         if self.inline_bytes is not None:
             out["RINGCOLL_INLINE_BYTES"] = str(int(self.inline_bytes))
+        if self.small_bytes is not None:
+            out["RINGCOLL_SMALL_BYTES"] = str(int(self.small_bytes))
         if self.host is not None:
             out["RINGCOLL_HOST"] = str(self.host)
         if self.debug is not None:

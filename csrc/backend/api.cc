@@ -37,6 +37,22 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
   at::Tensor t = checks::realView(op, tensors[0], &opts.reduceOp);
   const DType dtype = checks::tensorDType(op, t, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
+  if (smallAllreduce(t, bytesOf(t), red)) {
+    if (knobs_.debug) logChoice(op, bytesOf(t), "small-allreduce", "RINGCOLL_SMALL_BYTES");
+    return launch(c10d::OpType::ALLREDUCE, op,
+                  callPrint(algo::Method::kAllreduce, dtype, t.numel(), &red), {t}, {t},
+                  bytesOf(t), opTimeout(opts.timeout),
+                  [this, t, dtype, red](algo::Executor&) {
+                    at::Tensor flat = flatWorking(t);
+                    algo::SmallJob job;
+                    job.buf = flat.data_ptr();
+                    job.n = static_cast<size_t>(flat.numel());
+                    job.dtype = dtype;
+                    job.op = red.op;
+                    job.divideBy = red.average ? getSize() : 0;
+                    return Staged{{}, [t, flat]() mutable { writeBack(t, flat); }, job};
+                  });
+  }
   const algo::Algorithm* a = algorithm(op, algo::Collective::kAllreduce, bytesOf(t), t);
   return launch(c10d::OpType::ALLREDUCE, op,
                 callPrint(algo::Method::kAllreduce, dtype, t.numel(), &red),

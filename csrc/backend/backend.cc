@@ -54,7 +54,7 @@ struct RingcollBackend::CpuTask {
   algo::Fingerprint fp;  // seq and rank set; the algorithm once the body ran
   std::chrono::milliseconds timeout;
   std::optional<Staged> staged;
-  std::unique_ptr<algo::Execution> exec;
+  std::unique_ptr<algo::Run> exec;
   Clock::time_point started;
   algo::TraceTag tag;  // set only when tracing
   Clock::time_point lastReportLook{};  // checkInterrupts' last read of the store
@@ -128,6 +128,13 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
                     c10::str("ringcoll: setting up the point-to-point transport: ", e.what()));
   }
   executor_ = std::make_shared<algo::Executor>(*transport_, reducer_, knobs_.chunkBytes);
+  // The same on every rank: the knobs are shared (topology exchange), and either
+  // every rank has a link other than shared memory or none has.
+  if (knobs_.transport != "stream" && knobs_.smallLimit() > 0 &&
+      algo::SmallAllreduce::fits(*transport_, 0, knobs_.chunkBytes)) {
+    smallOn_ = true;
+    smallBytes_ = std::min(knobs_.smallLimit(), knobs_.chunkBytes - sizeof(algo::Fingerprint));
+  }
   if (!knobs_.trace.empty()) {
     tracer_ = std::make_unique<algo::Tracer>();
     try {
@@ -302,11 +309,14 @@ const algo::Algorithm* RingcollBackend::algorithm(const char* op, algo::Collecti
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, "ringcoll::", op, ": ", e.what());
   }
-  if (knobs_.debug) {
-    std::fprintf(stderr, "[ringcoll rank %d/%d] %s %zu B: %s (%s)\n", getRank(), getSize(),
-                 torchOpName(op), bytes, choice.algorithm->name.c_str(), choice.why.c_str());
-  }
+  if (knobs_.debug) logChoice(op, bytes, choice.algorithm->name.c_str(), choice.why.c_str());
   return choice.algorithm;
+}
+
+void RingcollBackend::logChoice(const char* op, size_t bytes, const char* algorithm,
+                                const char* why) const {
+  std::fprintf(stderr, "[ringcoll rank %d/%d] %s %zu B: %s (%s)\n", getRank(), getSize(),
+               torchOpName(op), bytes, algorithm, why);
 }
 
 algo::TraceTag RingcollBackend::traceTag(const char* op, uint64_t seq) const {
@@ -469,17 +479,25 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
       t.started = Clock::now();
       FlightRecorder::get().started(t.fr);
       t.staged = t.body(*executor_);
-      algo::Job& job = t.staged->job;
-      if (knobs_.fingerprint) {
-        job.checked = true;
-        job.fingerprint = t.fp;
-        job.fingerprint.setAlgorithm(job.schedule.name);
-        // Besides the job's own (a pairwise job names every rank).
-        job.neighbours.insert(job.neighbours.end(), ringNeighbours_.begin(),
-                              ringNeighbours_.end());
+      if (t.staged->small) {
+        algo::SmallJob& small = *t.staged->small;
+        small.checked = knobs_.fingerprint;
+        small.fingerprint = t.fp;
+        small.fingerprint.setAlgorithm(algo::SmallAllreduce::kName);
+        t.exec = executor_->startSmall(small);
+      } else {
+        algo::Job& job = t.staged->job;
+        if (knobs_.fingerprint) {
+          job.checked = true;
+          job.fingerprint = t.fp;
+          job.fingerprint.setAlgorithm(job.schedule.name);
+          // Besides the job's own (a pairwise job names every rank).
+          job.neighbours.insert(job.neighbours.end(), ringNeighbours_.begin(),
+                                ringNeighbours_.end());
+        }
+        job.tag = t.tag;
+        t.exec = executor_->start(std::move(job));
       }
-      job.tag = t.tag;
-      t.exec = executor_->start(std::move(job));
     }
     // In slices, so that a collective that waits sees a peer's report, abort() and
     // shutdown() (checkInterrupts) within kReportPoll.
@@ -494,7 +512,7 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
       const double ms =
           std::chrono::duration<double, std::milli>(Clock::now() - t.started).count();
       std::fprintf(stderr, "[ringcoll] %s %s done in %.3f ms\n", t.label.str().c_str(),
-                   t.exec->schedule().name.c_str(), ms);
+                   t.exec->name().c_str(), ms);
     }
     t.exec.reset();
     t.staged.reset();

@@ -251,6 +251,13 @@ class RingcollBackend final : public c10d::Backend {
   void markBroken(const std::string& why);
   enum class Stop : int { kRunning = 0, kShutdown = 1, kAbort = 2 };
   void stop(Stop how);
+  // Whether a CPU all-reduce of `bytes` with `red` runs the small all-reduce
+  // (engine/small.h): the same answer on every rank for the same call.
+  bool smallAllreduce(const at::Tensor& t, size_t bytes, const algo::Reduction& red) const {
+    return smallOn_ && bytes <= smallBytes_ && !red.premul && !t.is_cuda();
+  }
+  // RINGCOLL_DEBUG's line for the algorithm a call runs, and why.
+  void logChoice(const char* op, size_t bytes, const char* algorithm, const char* why) const;
   algo::Params params(size_t n, int root = 0) const;
   // The algorithm RINGCOLL_ALGO selects for collective c over `bytes` bytes, logged
   // with the reason under RINGCOLL_DEBUG; a "ringcoll::<op>:" error if it does not
@@ -292,6 +299,8 @@ class RingcollBackend final : public c10d::Backend {
 
   const c10::intrusive_ptr<c10d::Store> store_;
   const Knobs knobs_;
+  bool smallOn_ = false;  // the small all-reduce runs (smallAllreduce) ...
+  size_t smallBytes_ = 0;  // ... up to this many bytes
   const algo::Selector selector_;
   const algo::Selector gpuSelector_;  // for CUDA tensors (Knobs::gpuAlgo)
   const std::chrono::milliseconds timeout_;

@@ -76,3 +76,13 @@ std::string cat(const Args&... args) {
       throw std::runtime_error(RC_STR(__VA_ARGS__));         \
     }                                                        \
   } while (0)
+
+namespace ringcoll {
+// A message of `got` bytes from `peer` where this rank expected `want`: the ranks
+// are in different collectives (or one of them is broken).
+inline PeerError wrongSize(int peer, size_t got, size_t want) {
+  return PeerError(peer, RC_STR("rank ", peer, " sent a message of ", got,
+                                " bytes where this rank expected ", want,
+                                " (the ranks called different collectives?)"));
+}
+}  // namespace ringcoll

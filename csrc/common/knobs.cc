@@ -16,7 +16,7 @@ namespace {
 const std::vector<std::string>& knownNames() {
   static const std::vector<std::string> names = {
       "RINGCOLL_ALGO", "RINGCOLL_TRANSPORT", "RINGCOLL_CHUNK_BYTES",
-      "RINGCOLL_INLINE_BYTES", "RINGCOLL_HOST", "RINGCOLL_DEBUG",
+      "RINGCOLL_INLINE_BYTES", "RINGCOLL_SMALL_BYTES", "RINGCOLL_HOST", "RINGCOLL_DEBUG",
       "RINGCOLL_FINGERPRINT", "RINGCOLL_TRACE", "RINGCOLL_GPU_CHUNK_BYTES",
       "RINGCOLL_BLOCKING_WAIT", "RINGCOLL_ASYNC_ERROR_HANDLING", "RINGCOLL_GPU_FINGERPRINT",
       "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER", "RINGCOLL_GPU_ALGO",
@@ -45,6 +45,7 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
   if (name == "RINGCOLL_ALGO") {
     RC_CHECK_ARG(!value.empty(), name, " is empty");
     k.algo = value;
+    k.algoSet = true;
   } else if (name == "RINGCOLL_TRANSPORT") {
     RC_CHECK_ARG(value == "auto" || value == "shm" || value == "gloo" || value == "stream",
                  name, "='", value, "' is not a known transport (known: auto, shm, gloo, stream)");
@@ -72,6 +73,8 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
     k.streamDelayUs = static_cast<uint32_t>(parseBytes(name, value, 0));
   } else if (name == "RINGCOLL_INLINE_BYTES") {
     k.inlineBytes = parseBytes(name, value, 0);
+  } else if (name == "RINGCOLL_SMALL_BYTES") {
+    k.smallBytes = parseBytes(name, value, 0);
   } else if (name == "RINGCOLL_HOST") {
     k.host = value;
   } else if (name == "RINGCOLL_DEBUG") {
@@ -113,13 +116,15 @@ std::string Knobs::shared() const {
                 " RINGCOLL_TRANSPORT=", transport,
                 " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_GPU_CHUNK_BYTES=", gpuChunkBytes,
                 " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0,
-                " RINGCOLL_GPU_FINGERPRINT=", gpuFingerprint ? 1 : 0);
+                " RINGCOLL_GPU_FINGERPRINT=", gpuFingerprint ? 1 : 0,
+                " RINGCOLL_SMALL_BYTES=", smallLimit());
 }
 
 std::string Knobs::describe() const {
   return RC_STR("RINGCOLL_ALGO=", algo, " RINGCOLL_GPU_ALGO=", gpuAlgo,
                 " RINGCOLL_TRANSPORT=", transport,
                 " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_INLINE_BYTES=", inlineBytes,
+                " RINGCOLL_SMALL_BYTES=", smallBytes,
                 " RINGCOLL_HOST=", host.empty() ? "(auto)" : host,
                 " RINGCOLL_DEBUG=", debug ? 1 : 0, " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0,
                 " RINGCOLL_GPU_CHUNK_BYTES=", gpuChunkBytes,

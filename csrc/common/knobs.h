@@ -73,6 +73,15 @@
 //   inlineBytes  RINGCOLL_INLINE_BYTES  262144   CPU collectives up to this size run on
 //                                                the calling thread when nothing else is
 //                                                queued (no thread hand-off); 0: never
+//   smallBytes   RINGCOLL_SMALL_BYTES   16384    CPU all-reduces up to this size (and
+//                                                PREMUL_SUM's excepted) run the small
+//                                                all-reduce (engine/small.h): one
+//                                                message per pair of ranks, the header
+//                                                folded in, no schedule. Only where
+//                                                RINGCOLL_ALGO is not set (a named
+//                                                algorithm always runs as named) and on
+//                                                shared memory between every pair of
+//                                                ranks; 0: never
 //   host         RINGCOLL_HOST          (auto)   this rank's host identity; ranks with
 //                                                the same one share memory. Default:
 //                                                hostname and boot id. Tests set it to
@@ -119,6 +128,8 @@ struct Knobs {
   bool blockingWait = false;
   std::string asyncErrorHandling = "teardown";
   size_t inlineBytes = size_t{256} << 10;
+  size_t smallBytes = size_t{16} << 10;
+  bool algoSet = false;  // RINGCOLL_ALGO was given (environment or override)
   uint32_t streamDelayUs = 0;
   size_t streamFailAfter = 0;
   std::string host;
@@ -138,6 +149,8 @@ struct Knobs {
   // (algorithm, transport, segment size, fingerprint), in describe()'s form; the
   // backend refuses a group whose ranks differ in them.
   std::string shared() const;
+  // The small all-reduce's limit as it applies (0 where RINGCOLL_ALGO is set).
+  size_t smallLimit() const { return algoSet ? 0 : smallBytes; }
 };
 
 }  // namespace ringcoll

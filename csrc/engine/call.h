@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 
 #include "engine/executor.h"
 
@@ -14,6 +15,9 @@ namespace ringcoll {
 struct Staged {
   algo::Job job;
   std::function<void()> finish;  // may be empty
+  // When set, the call runs as this small all-reduce instead of `job` (CPU path
+  // only; engine/small.h); the backend fills in its fingerprint.
+  std::optional<algo::SmallJob> small;
 };
 
 using Body = std::function<Staged(algo::Executor&)>;

@@ -194,16 +194,21 @@ bool Execution::exchangeHeaders() {
   for (auto& h : headers_) {
     if (!h.posted || h.checked) continue;
     OpTrace* t = tracedHeader(h, true);
-    const void* view = transport_.recvView(h.peer);
+    // Any size: a peer in the small all-reduce sends its header at the start of a
+    // longer message (engine/small.h), and the header says what call it made.
+    size_t got = sizeof(Fingerprint);
+    const void* view = transport_.recvViewAny(h.peer, &got);
     if (view == nullptr) {
       blocked(h.peer, -1, "a message from");
       if (t && !t->want) t->want = Tracer::now();
       continue;
     }
     if (t) t->arrive = Tracer::now();
-    const std::string disagreement = mismatch(header_[h.peer], view, h.peer);
+    const std::string disagreement =
+        got >= sizeof(Fingerprint) ? mismatch(header_[h.peer], view, h.peer) : std::string();
     transport_.releaseRecv(h.peer);
     if (!disagreement.empty()) throw MismatchError(h.peer, disagreement);
+    if (got != sizeof(Fingerprint)) throw wrongSize(h.peer, got, sizeof(Fingerprint));
     if (t) t->done = Tracer::now();
     h.checked = true;
     --headersOpen_;
@@ -440,7 +445,13 @@ std::unique_ptr<Execution> Executor::start(Job job) {
                                      headers_.data(), tracer_);
 }
 
-bool Executor::drive(Execution& ex, Clock::time_point until,
+std::unique_ptr<Run> Executor::startSmall(const SmallJob& job) {
+  const size_t words = (job.n * elementSize(job.dtype) + 7) / 8;
+  if (smallScratch_.size() < words) smallScratch_.resize(words);
+  return std::make_unique<SmallAllreduce>(transport_, reducer_, job, smallScratch_.data());
+}
+
+bool Executor::drive(Run& ex, Clock::time_point until,
                      std::chrono::milliseconds timeout) {
   for (;;) {
     // The token is taken before looking, so whatever arrives after the look wakes

@@ -48,6 +48,8 @@
 
 #include "engine/fingerprint.h"
 #include "engine/plan.h"
+#include "engine/run.h"
+#include "engine/small.h"
 #include "engine/trace.h"
 #include "reduce/reducer.h"
 #include "reduce/types.h"
@@ -109,10 +111,8 @@ struct Job {
   std::shared_ptr<void> owned;
 };
 
-class Execution {
+class Execution final : public Run {
  public:
-  using Clock = std::chrono::steady_clock;
-
   // `headers`: where the fingerprint to each peer is sent from (the Executor's, one
   // per rank); they must stay valid until the transport completed the sends of this
   // execution's headers. `tracer`: where the record goes, null when not tracing.
@@ -124,8 +124,7 @@ class Execution {
   Execution(const Execution&) = delete;
   Execution& operator=(const Execution&) = delete;
 
-  // One pass over everything that can move; true if anything did.
-  bool progress();
+  bool progress() override;
   // A rank that only sends has every op done once its waves are posted; on a
   // stream-ordered transport it is not done before its received headers' check is
   // enqueued too (else that receive is left queued for the next collective).
@@ -133,14 +132,14 @@ class Execution {
   // device covers every transfer it posted, sends included (joined_: the fence
   // below), so the caller may reuse its inputs and workspace once that end is
   // reached.
-  bool done() const {
+  bool done() const override {
     return remaining_ == 0 && headersOpen_ == 0 && (devPeers_.empty() || devChecked_) &&
            (!streamOrdered_ || joined_);
   }
-  // The peer this execution waits for (-1 if none known) and what for.
-  int waitingPeer() const { return waitPeer_; }
-  std::string waitingWhat() const;
-  Clock::time_point lastMove() const { return lastMove_; }
+  int waitingPeer() const override { return waitPeer_; }
+  std::string waitingWhat() const override;
+  Clock::time_point lastMove() const override { return lastMove_; }
+  const std::string& name() const override { return job_.schedule.name; }
   const Schedule& schedule() const { return job_.schedule; }
 
  private:
@@ -245,9 +244,11 @@ class Executor {
   void setTracer(Tracer* tracer) { tracer_ = tracer; }
 
   std::unique_ptr<Execution> start(Job job);
+  // The small all-reduce of job (engine/small.h; SmallAllreduce::fits said yes).
+  std::unique_ptr<Run> startSmall(const SmallJob& job);
   // Runs ex until it is done (true) or `until` passes (false). Throws PeerError
   // when it made no progress for `timeout`.
-  bool drive(Execution& ex, Clock::time_point until, std::chrono::milliseconds timeout);
+  bool drive(Run& ex, Clock::time_point until, std::chrono::milliseconds timeout);
   void run(Job job, std::chrono::milliseconds timeout);
 
   // The peer the execution being driven waits for, -1 if none: lets a Work that
@@ -260,6 +261,7 @@ class Executor {
   size_t chunkBytes_;
   std::atomic<int> waitingFor_{-1};
   std::vector<Fingerprint> headers_;  // the running execution's, one per peer
+  std::vector<uint64_t> smallScratch_;  // the small all-reduce's accumulator
   Tracer* tracer_ = nullptr;
   PlanCache plans_;
 };

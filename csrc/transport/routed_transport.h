@@ -40,6 +40,9 @@ class RoutedTransport final : public Transport {
     return byPeer_[peer]->tryPostRecv(peer, dst, bytes);
   }
   const void* recvView(int peer) override { return byPeer_[peer]->recvView(peer); }
+  const void* recvViewAny(int peer, size_t* got) override {
+    return byPeer_[peer]->recvViewAny(peer, got);
+  }
   void releaseRecv(int peer) override { byPeer_[peer]->releaseRecv(peer); }
   void flush() override;
   uint32_t idleToken() override { return sleeper_->idleToken(); }

@@ -311,17 +311,21 @@ bool ShmTransport::tryPostRecv(int peer, void*, size_t bytes) {
 }
 
 const void* ShmTransport::recvView(int peer) {
+  size_t got = 0;
+  const void* view = recvViewAny(peer, &got);
+  if (view == nullptr) return nullptr;
+  const Link& l = link(peer);
+  const size_t want = l.expected[l.expectedHead];
+  if (got != want) throw wrongSize(peer, got, want);
+  return view;
+}
+
+const void* ShmTransport::recvViewAny(int peer, size_t* got) {
   Link& l = link(peer);
   if (l.expectedHead == l.expected.size()) return nullptr;
   const Mailbox* mb = mailbox(mine_, l.localIndex);
   if (mb->written.load(std::memory_order_acquire) <= l.consumed) return nullptr;
-  const size_t got = mb->sizes[l.consumed % kSlots];
-  const size_t want = l.expected[l.expectedHead];
-  if (got != want) {
-    throw PeerError(peer, RC_STR("rank ", peer, " sent a message of ", got,
-                                 " bytes where this rank expected ", want,
-                                 " (the ranks called different collectives?)"));
-  }
+  *got = mb->sizes[l.consumed % kSlots];
   return slot(mine_, l.localIndex, l.consumed);
 }
 

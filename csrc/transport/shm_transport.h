@@ -66,6 +66,7 @@ class ShmTransport final : public Transport {
   uint64_t sendsDone(int peer) override;
   bool tryPostRecv(int peer, void* dst, size_t bytes) override;
   const void* recvView(int peer) override;
+  const void* recvViewAny(int peer, size_t* got) override;
   void releaseRecv(int peer) override;
 
   uint32_t idleToken() override { return bell_->token(); }

@@ -21,6 +21,8 @@
 //                                        its bytes are there: a pointer to them (a
 //                                        shared slot, a staging buffer, or dst),
 //                                        else null; valid until releaseRecv(peer)
+//             recvViewAny(peer, &got)    the same, whatever the message's size
+//                                        (copying transports)
 //   batching  flush()                    ends a batch of posts (NCCL: one group)
 //             fence()                    stream-ordered transports: what the
 //                                        executor does next to its memory outside a
@@ -84,6 +86,12 @@ class Transport {
 
   virtual bool tryPostRecv(int peer, void* dst, size_t bytes) = 0;
   virtual const void* recvView(int peer) = 0;
+  // recvView, except that a message of another size than announced is returned
+  // too, its size in *got, instead of failing: for a receiver that tells from the
+  // message itself what its sender meant (a fingerprint header at its start,
+  // engine/small.h). Only copying transports (shared memory) can; the others
+  // return recvView's and leave *got as it was.
+  virtual const void* recvViewAny(int peer, size_t* /*got*/) { return recvView(peer); }
   virtual void releaseRecv(int peer) = 0;
 
   virtual bool streamOrdered() const { return false; }
