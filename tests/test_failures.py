@@ -125,16 +125,24 @@ def one_of_four_disagrees(rank, p):
     return msg, time.monotonic() - t0
 
 
-def test_disagreement_reaches_ranks_that_saw_none(transport):
+@pytest.mark.parametrize("algo", ["ring", "default"])
+def test_disagreement_reaches_ranks_that_saw_none(transport, algo):
+    """With the ring named; and by default, where on shared memory the small
+    all-reduce (csrc/engine/small.h) exchanges headers with every peer, so rank 1
+    sees rank 3's itself."""
+    env = {"RINGCOLL_ALGO": "ring"} if algo == "ring" else {}
     res = mp.run_world(4, one_of_four_disagrees, pg_timeout_s=30, transport=transport,
-                       timeout=120)
+                       timeout=120, env=env)
     for rank, (msg, elapsed) in enumerate(res):
         assert "ranks disagree about collective #1" in msg, (rank, msg)
         assert "called allreduce(float32, 10 elements" in msg, (rank, msg)
         assert "rank 3 called allreduce(float32, 12 elements" in msg, (rank, msg)
         assert elapsed < 1.0, (rank, elapsed, msg)
-    # Rank 1's ring neighbours are 0 and 2, which agree with it.
-    assert "found that ranks disagree" in res[1][0], res[1][0]
+    if algo == "default" and transport == "shm":
+        assert "found that" not in res[1][0] and "small-allreduce" in res[1][0], res[1][0]
+    else:
+        # Rank 1's ring neighbours are 0 and 2, which agree with it.
+        assert "found that ranks disagree" in res[1][0], res[1][0]
 
 
 # Every c10d method ringcoll provides, called with one element more on rank 1 (or,

@@ -448,7 +448,9 @@ std::unique_ptr<Execution> Executor::start(Job job) {
 std::unique_ptr<Run> Executor::startSmall(const SmallJob& job) {
   const size_t words = (job.n * elementSize(job.dtype) + 7) / 8;
   if (smallScratch_.size() < words) smallScratch_.resize(words);
-  return std::make_unique<SmallAllreduce>(transport_, reducer_, job, smallScratch_.data());
+  smallViews_.assign(static_cast<size_t>(transport_.size()), nullptr);
+  return std::make_unique<SmallAllreduce>(transport_, reducer_, job, smallScratch_.data(),
+                                          smallViews_.data());
 }
 
 bool Executor::drive(Run& ex, Clock::time_point until,

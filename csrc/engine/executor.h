@@ -261,7 +261,8 @@ class Executor {
   size_t chunkBytes_;
   std::atomic<int> waitingFor_{-1};
   std::vector<Fingerprint> headers_;  // the running execution's, one per peer
-  std::vector<uint64_t> smallScratch_;  // the small all-reduce's accumulator
+  std::vector<uint64_t> smallScratch_;  // the small all-reduce's accumulator ...
+  std::vector<const char*> smallViews_;  // ... and its received inputs
   Tracer* tracer_ = nullptr;
   PlanCache plans_;
 };

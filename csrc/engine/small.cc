@@ -17,7 +17,7 @@ bool SmallAllreduce::fits(Transport& transport, size_t bytes, size_t maxMessage)
 }
 
 SmallAllreduce::SmallAllreduce(Transport& transport, Reducer& reducer, const SmallJob& job,
-                               void* scratch)
+                               void* scratch, const char** views)
     : transport_(transport),
       reducer_(reducer),
       job_(job),
@@ -25,7 +25,7 @@ SmallAllreduce::SmallAllreduce(Transport& transport, Reducer& reducer, const Sma
       bytes_(job.n * elementSize(job.dtype)),
       header_(job.checked ? sizeof(Fingerprint) : 0),
       message_(header_ + bytes_),
-      views_(static_cast<size_t>(transport.size()), nullptr),
+      views_(views),
       lastMove_(Clock::now()) {
   // Unchecked and empty: no message at all (every rank has the same count).
   if (transport_.size() == 1 || message_ == 0) {
@@ -106,7 +106,7 @@ bool SmallAllreduce::progress() {
       if (q != transport_.rank()) transport_.releaseRecv(q);
     }
     done_ = true;
-    moved = true;
+    return true;  // no clock read: nobody asks a finished run when it last moved
   }
   if (moved) lastMove_ = Clock::now();
   return moved;

@@ -58,9 +58,11 @@ class SmallAllreduce final : public Run {
   // most `maxMessage` bytes (the transport's slot).
   static bool fits(Transport& transport, size_t bytes, size_t maxMessage);
 
-  // `scratch`: n elements, 8-byte aligned, this run's alone until it is done (the
-  // accumulator of ranks other than 0).
-  SmallAllreduce(Transport& transport, Reducer& reducer, const SmallJob& job, void* scratch);
+  // `scratch`: n elements, 8-byte aligned (the accumulator of ranks other than 0);
+  // `views`: one null pointer per rank. Both the caller's (the executor keeps them
+  // from call to call), and this run's alone until it is done.
+  SmallAllreduce(Transport& transport, Reducer& reducer, const SmallJob& job, void* scratch,
+                 const char** views);
   SmallAllreduce(const SmallAllreduce&) = delete;
   SmallAllreduce& operator=(const SmallAllreduce&) = delete;
 
@@ -86,7 +88,7 @@ class SmallAllreduce final : public Run {
   int sent_ = 0;          // peers sent to, in order rank+1, rank+2, ...
   int arrived_ = 0;       // peers whose message is here and matched
   bool posted_ = false;   // the receives are announced
-  std::vector<const char*> views_;  // by rank: the peer's input, once here
+  const char** views_;  // by rank: the peer's input, once here
   bool done_ = false;
   int waitPeer_ = -1;
   const char* waitWhat_ = "";
