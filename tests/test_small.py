@@ -1,13 +1,14 @@
-"""The small all-reduce (csrc/engine/small.h, RINGCOLL_SMALL_BYTES): which calls take
-it (logged under RINGCOLL_DEBUG), exact against gloo and the reference at and
-around its limit for every dtype and op, the same bits on every rank for inputs
-whose sum depends on the order, its place behind queued async collectives, and
-ranks that disagree (one in the small path, the other in a scheduled collective)
-raising on both sides naming both calls.
+"""Small collectives (csrc/engine/small.h, RINGCOLL_SMALL_BYTES): all-reduce,
+reduce-scatter, all-gather and broadcast. Which calls take them (logged under
+RINGCOLL_DEBUG), exact against gloo and the reference at and around the limit for
+every dtype and op, in place and out of place, the same bits on every rank for
+inputs whose sum depends on the order, their place behind queued async
+collectives, and ranks that disagree (one in a small collective, the other in a
+scheduled one) raising on both sides naming both calls.
 
-The rest of the suite runs it too: every all-reduce of the default algorithm up to
-16 KiB on shared memory is a small one (test_collectives, test_failures,
-test_errors, test_ops, test_ddp)."""
+The rest of the suite runs them too: every one of these collectives of the default
+algorithm up to 16 KiB on shared memory is a small one (test_collectives,
+test_failures, test_errors, test_ops, test_ddp)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,89 @@ def choice_world(rank, p, log_dir):
     if p > 1 and len([ln for ln in log.splitlines() if small in ln]) == 0:
         f.append(f"no call ran the small all-reduce:\n{log[:2000]}")
     return f
+
+
+def others_world(rank, p, log_dir):
+    """Reduce-scatter, all-gather (tensor and list forms) and broadcast around the
+    limit (the collective's whole buffer: p blocks for the first two), every dtype,
+    the reducing ones with every op; in place and out of place; exact against the
+    reference and gloo; the log names the small kind up to the limit and the ring
+    past it."""
+    f = []
+    path = os.path.join(log_dir, f"rank{rank}.log")
+    saved = _capture_stderr(path)
+    try:
+        g = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(debug=True))
+        for dtype in cases.DTYPES:
+            size = torch.empty(0, dtype=dtype).element_size()
+            top = LIMIT // size // p  # the largest block that is still small
+            for m in sorted({0, 1, p + 1, top, top + 1}):
+                # reduce-scatter: every op
+                for op in cases.OPS:
+                    if not cases.op_valid(op, dtype):
+                        continue
+                    ins = [cases.make_input(r, p * m, dtype, op, p) for r in range(p)]
+                    want = cases.reference(ins, op, dtype, p)[rank * m:(rank + 1) * m]
+                    out = torch.full((m,), 7, dtype=dtype) if dtype != torch.bool \
+                        else torch.zeros(m, dtype=dtype)
+                    dist.reduce_scatter_tensor(out, ins[rank].clone(), op=cases.reduce_op(op),
+                                               group=g)
+                    cases.check_same(f, f"reduce_scatter_tensor {dtype} {op} m={m}", out, want)
+                    x = ins[rank].clone()  # in place: the output is block r of the input
+                    dist.reduce_scatter_tensor(x[rank * m:(rank + 1) * m], x,
+                                               op=cases.reduce_op(op), group=g)
+                    cases.check_same(f, f"reduce_scatter_tensor in place {dtype} {op} m={m}",
+                                     x[rank * m:(rank + 1) * m], want)
+                    outs = torch.zeros(m, dtype=dtype)
+                    dist.reduce_scatter(outs, list(ins[rank].clone().chunk(p)) if m else
+                                        [torch.zeros(0, dtype=dtype)] * p,
+                                        op=cases.reduce_op(op), group=g)
+                    cases.check_same(f, f"reduce_scatter {dtype} {op} m={m}", outs, want)
+                parts = [cases.make_input(r, m, dtype, "SUM", p) for r in range(p)]
+                want = torch.cat(parts)
+                out = torch.zeros(p * m, dtype=dtype)
+                dist.all_gather_into_tensor(out, parts[rank].clone(), group=g)
+                ref = torch.zeros(p * m, dtype=dtype)
+                ref = cases.gloo_or_none(lambda: (dist.all_gather_into_tensor(
+                    ref, parts[rank].clone(), group=mp.GLOO), ref)[1])
+                cases.check_same(f, f"all_gather_into_tensor {dtype} m={m}", out, want, ref)
+                out = torch.zeros(p * m, dtype=dtype)
+                out[rank * m:(rank + 1) * m] = parts[rank]
+                dist.all_gather_into_tensor(out, out[rank * m:(rank + 1) * m], group=g)
+                cases.check_same(f, f"all_gather_into_tensor in place {dtype} m={m}", out, want)
+                lst = [torch.zeros(m, dtype=dtype) for _ in range(p)]
+                dist.all_gather(lst, parts[rank].clone(), group=g)
+                cases.check_same(f, f"all_gather {dtype} m={m}", torch.cat(lst), want)
+                n = p * m
+                for root in sorted({0, p - 1}):
+                    x = cases.make_input(rank, n, dtype, "SUM", p)
+                    dist.broadcast(x, src=root, group=g)
+                    cases.check_same(f, f"broadcast {dtype} n={n} root={root}", x,
+                                     cases.make_input(root, n, dtype, "SUM", p))
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    log = open(path).read()
+    me = f"[ringcoll rank {rank}/{p}]"
+    top = LIMIT // 4 // p  # float32
+    lines = [f"{me} reduce_scatter_tensor {4 * p * top} B: small-rscatter (RINGCOLL_SMALL_BYTES)",
+             f"{me} reduce_scatter_tensor {4 * p * (top + 1)} B: ring (RINGCOLL_ALGO=ring)",
+             f"{me} reduce_scatter {4 * p * top} B: small-rscatter (RINGCOLL_SMALL_BYTES)",
+             f"{me} all_gather_into_tensor {4 * p * top} B: small-allgather (RINGCOLL_SMALL_BYTES)",
+             f"{me} all_gather_into_tensor {4 * p * (top + 1)} B: ring (RINGCOLL_ALGO=ring)",
+             f"{me} all_gather {4 * p * top} B: small-allgather (RINGCOLL_SMALL_BYTES)",
+             f"{me} broadcast {4 * p * top} B: small-broadcast (RINGCOLL_SMALL_BYTES)",
+             f"{me} broadcast {4 * p * (top + 1)} B: ring (RINGCOLL_ALGO=ring)"]
+    for line in lines if p > 1 else []:
+        if line not in log:
+            f.append(f"log lacks {line!r}")
+    return f
+
+
+@pytest.mark.parametrize("p", [1, 2, 3, 5])
+def test_small_others_exact_at_the_limit(p):
+    with mp_tmpdir() as d:
+        mp.run_checks(p, others_world, d, transport="shm", timeout=400)
 
 
 @pytest.mark.parametrize("p", [1, 2, 3, 5])

@@ -11,6 +11,32 @@
 namespace ringcoll {
 
 namespace {
+// A small collective (engine/small.h) over `buf` (the whole buffer for all-reduce
+// and broadcast, one block for reduce-scatter and all-gather: set `n` and the
+// pointers after).
+algo::SmallJob smallJob(algo::SmallKind kind, const at::Tensor& buf, DType dtype,
+                        const algo::Reduction* red, int size = 0) {
+  algo::SmallJob job;
+  job.kind = kind;
+  job.buf = buf.data_ptr();
+  job.n = static_cast<size_t>(buf.numel());
+  job.dtype = dtype;
+  if (red) {
+    job.op = red->op;
+    job.divideBy = red->average ? size : 0;
+  }
+  return job;
+}
+
+// The small reduce-scatter of `src` (p blocks, only read) into `dst` (one block).
+algo::SmallJob smallScatter(const at::Tensor& src, const at::Tensor& dst, DType dtype,
+                            const algo::Reduction& red, int size) {
+  algo::SmallJob job = smallJob(algo::SmallKind::kReduceScatter, dst, dtype, &red, size);
+  job.buf = src.data_ptr();
+  job.out = dst.data_ptr();
+  return job;
+}
+
 // A reduce-scatter over `work` (this rank's whole input, which it clobbers); `out`
 // receives the range the schedule says this rank keeps.
 Staged reduceScatterInto(at::Tensor out, at::Tensor work, const algo::Algorithm& algo,
@@ -37,19 +63,14 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
   at::Tensor t = checks::realView(op, tensors[0], &opts.reduceOp);
   const DType dtype = checks::tensorDType(op, t, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
-  if (smallAllreduce(t, bytesOf(t), red)) {
-    if (knobs_.debug) logChoice(op, bytesOf(t), "small-allreduce", "RINGCOLL_SMALL_BYTES");
+  if (small(op, algo::SmallKind::kAllreduce, t, bytesOf(t), &red)) {
     return launch(c10d::OpType::ALLREDUCE, op,
                   callPrint(algo::Method::kAllreduce, dtype, t.numel(), &red), {t}, {t},
                   bytesOf(t), opTimeout(opts.timeout),
                   [this, t, dtype, red](algo::Executor&) {
                     at::Tensor flat = flatWorking(t);
-                    algo::SmallJob job;
-                    job.buf = flat.data_ptr();
-                    job.n = static_cast<size_t>(flat.numel());
-                    job.dtype = dtype;
-                    job.op = red.op;
-                    job.divideBy = red.average ? getSize() : 0;
+                    algo::SmallJob job =
+                        smallJob(algo::SmallKind::kAllreduce, flat, dtype, &red, getSize());
                     return Staged{{}, [t, flat]() mutable { writeBack(t, flat); }, job};
                   });
   }
@@ -141,6 +162,16 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
   const DType dtype = checks::tensorDType(op, t, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
+  if (small(op, algo::SmallKind::kBroadcast, t, bytesOf(t), nullptr)) {
+    return launch(c10d::OpType::BROADCAST, op,
+                  callPrint(algo::Method::kBroadcast, dtype, t.numel(), nullptr, root), {t}, {t},
+                  bytesOf(t), opTimeout(opts.timeout), [t, dtype, root](algo::Executor&) {
+                    at::Tensor flat = flatWorking(t);
+                    algo::SmallJob job = smallJob(algo::SmallKind::kBroadcast, flat, dtype, nullptr);
+                    job.root = root;
+                    return Staged{{}, [t, flat]() mutable { writeBack(t, flat); }, job};
+                  });
+  }
   const algo::Algorithm* a = algorithm(op, algo::Collective::kBroadcast, bytesOf(t), t);
   return launch(c10d::OpType::BROADCAST, op,
                 callPrint(algo::Method::kBroadcast, dtype, t.numel(), nullptr, root),
@@ -161,6 +192,23 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_allgather_base(
   at::Tensor in = checks::realView(op, input);
   checks::basePair(op, out, "output", in, "input", getSize());
   const DType dtype = checks::tensorDType(op, in, "input");
+  if (small(op, algo::SmallKind::kAllgather, out, bytesOf(out), nullptr)) {
+    return launch(c10d::OpType::_ALLGATHER_BASE, op,
+                  callPrint(algo::Method::kAllgatherIntoTensor, dtype, in.numel()), {in}, {out},
+                  bytesOf(out), opTimeout(opts.timeout), [this, out, in, dtype](algo::Executor&) {
+                    at::Tensor flat = flatWorking(out);
+                    // May be flat's block r (in place); anywhere else in it, a copy:
+                    // the blocks are written over it.
+                    at::Tensor mine = flatWorking(in);
+                    const char* block =
+                        static_cast<const char*>(flat.data_ptr()) + getRank() * bytesOf(mine);
+                    if (overlaps(mine, flat) && mine.data_ptr() != block) mine = mine.clone();
+                    algo::SmallJob job = smallJob(algo::SmallKind::kAllgather, mine, dtype, nullptr);
+                    job.buf = flat.data_ptr();
+                    job.in = mine.data_ptr();
+                    return Staged{{}, [out, flat, mine]() mutable { writeBack(out, flat); }, job};
+                  });
+  }
   const algo::Algorithm* a = algorithm(op, algo::Collective::kAllgather, bytesOf(out), out);
   return launch(c10d::OpType::_ALLGATHER_BASE, op,
                 callPrint(algo::Method::kAllgatherIntoTensor, dtype, in.numel()), {in}, {out},
@@ -187,22 +235,32 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
   auto outLists = checks::realViews(op, outputs);
   std::vector<at::Tensor> outs =
       checks::perRankList(op, outLists, "output", getSize(), in, "the input");
+  const bool isSmall = small(op, algo::SmallKind::kAllgather, in, bytesOf(in) * outs.size(), nullptr);
   const algo::Algorithm* a =
-      algorithm(op, algo::Collective::kAllgather, bytesOf(in) * outs.size(), in);
+      isSmall ? nullptr
+              : algorithm(op, algo::Collective::kAllgather, bytesOf(in) * outs.size(), in);
   return launch(c10d::OpType::ALLGATHER, op, callPrint(algo::Method::kAllgather, dtype, in.numel()),
                 {in}, outs, bytesOf(in) * outs.size(), opTimeout(opts.timeout),
                 [this, a, outs, in, dtype](algo::Executor&) {
                   const int64_t m = in.numel();
                   at::Tensor flat = workspace(m * static_cast<int64_t>(outs.size()), in);
+                  auto unpack = [outs, flat, m]() mutable {
+                    for (size_t i = 0; i < outs.size(); ++i) {
+                      if (m) outs[i].copy_(flat.narrow(0, i * m, m).view(outs[i].sizes()));
+                    }
+                  };
+                  if (a == nullptr) {  // small: the blocks are placed once the ranks agreed
+                    at::Tensor mine = flatWorking(in);
+                    algo::SmallJob job =
+                        smallJob(algo::SmallKind::kAllgather, mine, dtype, nullptr);
+                    job.buf = flat.data_ptr();
+                    job.in = mine.data_ptr();
+                    return Staged{{}, [unpack, mine]() mutable { unpack(); }, job};
+                  }
                   flat.narrow(0, getRank() * m, m).copy_(in.reshape({-1}));
                   return Staged{algo::allgather(*a, params(flat.numel()),
                                                 flat.data_ptr(), dtype),
-                                [outs, flat, m]() mutable {
-                                  for (size_t i = 0; i < outs.size(); ++i) {
-                                    if (m) outs[i].copy_(flat.narrow(0, i * m, m)
-                                                             .view(outs[i].sizes()));
-                                  }
-                                }};
+                                unpack};
                 });
 }
 
@@ -214,6 +272,22 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
   checks::basePair(op, in, "input", out, "output", getSize());
   const DType dtype = checks::tensorDType(op, in, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
+  if (small(op, algo::SmallKind::kReduceScatter, in, bytesOf(in), &red)) {
+    return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op,
+                  callPrint(algo::Method::kReduceScatterTensor, dtype, out.numel(), &red),
+                  {in}, {out}, bytesOf(in), opTimeout(opts.timeout),
+                  [this, out, in, dtype, red](algo::Executor&) {
+                    // Only read. The result goes to `out` where it is in's block r
+                    // or apart from `in`; elsewhere in it, to a buffer of its own.
+                    at::Tensor src = flatWorking(in);
+                    at::Tensor dst = flatWorking(out);
+                    const char* block =
+                        static_cast<const char*>(src.data_ptr()) + getRank() * bytesOf(dst);
+                    if (overlaps(src, dst) && dst.data_ptr() != block) dst = at::empty_like(dst);
+                    return Staged{{}, [out, src, dst]() mutable { writeBack(out, dst); },
+                                  smallScatter(src, dst, dtype, red, getSize())};
+                  });
+  }
   const algo::Algorithm* a = algorithm(op, algo::Collective::kReduceScatter, bytesOf(in), in);
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op,
                 callPrint(algo::Method::kReduceScatterTensor, dtype, out.numel(),
@@ -237,8 +311,11 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
   std::vector<at::Tensor> ins =
       checks::perRankList(op, inLists, "input", getSize(), out, "the output");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
+  const bool isSmall =
+      small(op, algo::SmallKind::kReduceScatter, out, bytesOf(out) * ins.size(), &red);
   const algo::Algorithm* a =
-      algorithm(op, algo::Collective::kReduceScatter, bytesOf(out) * ins.size(), out);
+      isSmall ? nullptr
+              : algorithm(op, algo::Collective::kReduceScatter, bytesOf(out) * ins.size(), out);
   return launch(c10d::OpType::REDUCE_SCATTER, op,
                 callPrint(algo::Method::kReduceScatter, dtype, out.numel(),
                           &red),
@@ -248,6 +325,11 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
                   for (auto& t : ins) flats.push_back(t.reshape({-1}));
                   at::Tensor work = workspace(out.numel() * static_cast<int64_t>(ins.size()), out);
                   at::cat_out(work, flats);
+                  if (a == nullptr) {
+                    at::Tensor dst = flatWorking(out);
+                    return Staged{{}, [out, work, dst]() mutable { writeBack(out, dst); },
+                                  smallScatter(work, dst, dtype, red, getSize())};
+                  }
                   return reduceScatterInto(out, work, *a, params(work.numel()), dtype,
                                            red, ex.reducer());
                 });

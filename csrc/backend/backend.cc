@@ -131,7 +131,7 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   // The same on every rank: the knobs are shared (topology exchange), and either
   // every rank has a link other than shared memory or none has.
   if (knobs_.transport != "stream" && knobs_.smallLimit() > 0 &&
-      algo::SmallAllreduce::fits(*transport_, 0, knobs_.chunkBytes)) {
+      algo::SmallCollective::fits(*transport_, 0, knobs_.chunkBytes)) {
     smallOn_ = true;
     smallBytes_ = std::min(knobs_.smallLimit(), knobs_.chunkBytes - sizeof(algo::Fingerprint));
   }
@@ -483,7 +483,7 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
         algo::SmallJob& small = *t.staged->small;
         small.checked = knobs_.fingerprint;
         small.fingerprint = t.fp;
-        small.fingerprint.setAlgorithm(algo::SmallAllreduce::kName);
+        small.fingerprint.setAlgorithm(algo::SmallCollective::name(small.kind));
         t.exec = executor_->startSmall(small);
       } else {
         algo::Job& job = t.staged->job;

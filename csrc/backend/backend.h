@@ -251,10 +251,16 @@ class RingcollBackend final : public c10d::Backend {
   void markBroken(const std::string& why);
   enum class Stop : int { kRunning = 0, kShutdown = 1, kAbort = 2 };
   void stop(Stop how);
-  // Whether a CPU all-reduce of `bytes` with `red` runs the small all-reduce
-  // (engine/small.h): the same answer on every rank for the same call.
-  bool smallAllreduce(const at::Tensor& t, size_t bytes, const algo::Reduction& red) const {
-    return smallOn_ && bytes <= smallBytes_ && !red.premul && !t.is_cuda();
+  // Whether a CPU collective over a buffer of `bytes` (reducing by `red`, or
+  // null) runs as a small collective (engine/small.h), and if so logs it under
+  // RINGCOLL_DEBUG: the same answer on every rank for the same call.
+  bool small(const char* op, algo::SmallKind kind, const at::Tensor& t, size_t bytes,
+             const algo::Reduction* red) const {
+    if (!smallOn_ || bytes > smallBytes_ || (red && red->premul) || t.is_cuda()) return false;
+    if (knobs_.debug) {
+      logChoice(op, bytes, algo::SmallCollective::name(kind).c_str(), "RINGCOLL_SMALL_BYTES");
+    }
+    return true;
   }
   // RINGCOLL_DEBUG's line for the algorithm a call runs, and why.
   void logChoice(const char* op, size_t bytes, const char* algorithm, const char* why) const;
@@ -299,7 +305,7 @@ class RingcollBackend final : public c10d::Backend {
 
   const c10::intrusive_ptr<c10d::Store> store_;
   const Knobs knobs_;
-  bool smallOn_ = false;  // the small all-reduce runs (smallAllreduce) ...
+  bool smallOn_ = false;  // small collectives run (small()) ...
   size_t smallBytes_ = 0;  // ... up to this many bytes
   const algo::Selector selector_;
   const algo::Selector gpuSelector_;  // for CUDA tensors (Knobs::gpuAlgo)

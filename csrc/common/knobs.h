@@ -73,11 +73,13 @@
 //   inlineBytes  RINGCOLL_INLINE_BYTES  262144   CPU collectives up to this size run on
 //                                                the calling thread when nothing else is
 //                                                queued (no thread hand-off); 0: never
-//   smallBytes   RINGCOLL_SMALL_BYTES   16384    CPU all-reduces up to this size (and
-//                                                PREMUL_SUM's excepted) run the small
-//                                                all-reduce (engine/small.h): one
-//                                                message per pair of ranks, the header
-//                                                folded in, no schedule. Only where
+//   smallBytes   RINGCOLL_SMALL_BYTES   16384    CPU all-reduces, reduce-scatters,
+//                                                all-gathers and broadcasts whose buffer
+//                                                is up to this size (PREMUL_SUM
+//                                                excepted) run as small collectives
+//                                                (engine/small.h): one message per pair
+//                                                of ranks, the header folded in, no
+//                                                schedule. Only where
 //                                                RINGCOLL_ALGO is not set (a named
 //                                                algorithm always runs as named) and on
 //                                                shared memory between every pair of
@@ -149,7 +151,7 @@ struct Knobs {
   // (algorithm, transport, segment size, fingerprint), in describe()'s form; the
   // backend refuses a group whose ranks differ in them.
   std::string shared() const;
-  // The small all-reduce's limit as it applies (0 where RINGCOLL_ALGO is set).
+  // The small collectives' limit as it applies (0 where RINGCOLL_ALGO is set).
   size_t smallLimit() const { return algoSet ? 0 : smallBytes; }
 };
 

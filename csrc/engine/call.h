@@ -15,7 +15,7 @@ namespace ringcoll {
 struct Staged {
   algo::Job job;
   std::function<void()> finish;  // may be empty
-  // When set, the call runs as this small all-reduce instead of `job` (CPU path
+  // When set, the call runs as this small collective instead of `job` (CPU path
   // only; engine/small.h); the backend fills in its fingerprint.
   std::optional<algo::SmallJob> small;
 };

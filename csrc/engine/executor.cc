@@ -194,7 +194,7 @@ bool Execution::exchangeHeaders() {
   for (auto& h : headers_) {
     if (!h.posted || h.checked) continue;
     OpTrace* t = tracedHeader(h, true);
-    // Any size: a peer in the small all-reduce sends its header at the start of a
+    // Any size: a peer in a small collective sends its header at the start of a
     // longer message (engine/small.h), and the header says what call it made.
     size_t got = sizeof(Fingerprint);
     const void* view = transport_.recvViewAny(h.peer, &got);
@@ -449,7 +449,7 @@ std::unique_ptr<Run> Executor::startSmall(const SmallJob& job) {
   const size_t words = (job.n * elementSize(job.dtype) + 7) / 8;
   if (smallScratch_.size() < words) smallScratch_.resize(words);
   smallViews_.assign(static_cast<size_t>(transport_.size()), nullptr);
-  return std::make_unique<SmallAllreduce>(transport_, reducer_, job, smallScratch_.data(),
+  return std::make_unique<SmallCollective>(transport_, reducer_, job, smallScratch_.data(),
                                           smallViews_.data());
 }
 

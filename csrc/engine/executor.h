@@ -244,7 +244,7 @@ class Executor {
   void setTracer(Tracer* tracer) { tracer_ = tracer; }
 
   std::unique_ptr<Execution> start(Job job);
-  // The small all-reduce of job (engine/small.h; SmallAllreduce::fits said yes).
+  // The small collective of job (engine/small.h; SmallCollective::fits said yes).
   std::unique_ptr<Run> startSmall(const SmallJob& job);
   // Runs ex until it is done (true) or `until` passes (false). Throws PeerError
   // when it made no progress for `timeout`.
@@ -261,7 +261,7 @@ class Executor {
   size_t chunkBytes_;
   std::atomic<int> waitingFor_{-1};
   std::vector<Fingerprint> headers_;  // the running execution's, one per peer
-  std::vector<uint64_t> smallScratch_;  // the small all-reduce's accumulator ...
+  std::vector<uint64_t> smallScratch_;  // the small collectives' accumulator ...
   std::vector<const char*> smallViews_;  // ... and its received inputs
   Tracer* tracer_ = nullptr;
   PlanCache plans_;

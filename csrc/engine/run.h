@@ -7,7 +7,7 @@
 namespace ringcoll::algo {
 
 // One collective in progress, as Executor::drive() runs it: an Execution of a
-// schedule, or the small all-reduce (engine/small.h). progress() never blocks;
+// schedule, or a small collective (engine/small.h). progress() never blocks;
 // done() once every transfer is complete and the caller may use the buffer.
 class Run {
  public:

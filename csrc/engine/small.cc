@@ -6,9 +6,13 @@
 
 namespace ringcoll::algo {
 
-const std::string SmallAllreduce::kName = "small-allreduce";
+const std::string& SmallCollective::name(SmallKind kind) {
+  static const std::string names[] = {"small-allreduce", "small-rscatter", "small-allgather",
+                                      "small-broadcast"};
+  return names[static_cast<int>(kind)];
+}
 
-bool SmallAllreduce::fits(Transport& transport, size_t bytes, size_t maxMessage) {
+bool SmallCollective::fits(Transport& transport, size_t bytes, size_t maxMessage) {
   if (transport.streamOrdered() || bytes + sizeof(Fingerprint) > maxMessage) return false;
   for (int q = 0; q < transport.size(); ++q) {
     if (q != transport.rank() && !transport.copiesSends(q)) return false;
@@ -16,57 +20,78 @@ bool SmallAllreduce::fits(Transport& transport, size_t bytes, size_t maxMessage)
   return true;
 }
 
-SmallAllreduce::SmallAllreduce(Transport& transport, Reducer& reducer, const SmallJob& job,
-                               void* scratch, const char** views)
+SmallCollective::SmallCollective(Transport& transport, Reducer& reducer, const SmallJob& job,
+                                 void* scratch, const char** views)
     : transport_(transport),
       reducer_(reducer),
       job_(job),
       scratch_(scratch),
       bytes_(job.n * elementSize(job.dtype)),
       header_(job.checked ? sizeof(Fingerprint) : 0),
-      message_(header_ + bytes_),
+      rank_(transport.rank()),
+      size_(transport.size()),
       views_(views),
       lastMove_(Clock::now()) {
-  // Unchecked and empty: no message at all (every rank has the same count).
-  if (transport_.size() == 1 || message_ == 0) {
-    fold();
-    done_ = true;
+  for (int q = 0; q < size_; ++q) {
+    if (q != rank_ && talks(q, /*send=*/false)) ++expected_;
   }
 }
 
-bool SmallAllreduce::send() {
-  const int p = transport_.size(), r = transport_.rank();
+size_t SmallCollective::sendBytes(int) const {
+  return job_.kind != SmallKind::kBroadcast || rank_ == job_.root ? bytes_ : 0;
+}
+
+size_t SmallCollective::recvBytes(int q) const {
+  return job_.kind != SmallKind::kBroadcast || q == job_.root ? bytes_ : 0;
+}
+
+const char* SmallCollective::sendFrom(int q) const {
+  const auto* buf = static_cast<const char*>(job_.buf);
+  switch (job_.kind) {
+    case SmallKind::kReduceScatter: return buf + static_cast<size_t>(q) * bytes_;
+    case SmallKind::kAllgather: return static_cast<const char*>(job_.in);
+    default: return buf;
+  }
+}
+
+bool SmallCollective::send() {
   bool moved = false;
-  while (sent_ < p - 1) {
-    const int q = (r + 1 + sent_) % p;
-    auto* slot = static_cast<char*>(transport_.sendSlot(q, message_));
+  while (sendNext_ < size_) {
+    const int q = (rank_ + sendNext_) % size_;
+    if (!talks(q, /*send=*/true)) {
+      ++sendNext_;
+      continue;
+    }
+    const size_t payload = sendBytes(q);
+    auto* slot = static_cast<char*>(transport_.sendSlot(q, header_ + payload));
     if (slot == nullptr) {
       waitPeer_ = q;
       waitWhat_ = "room for a message at";
       return moved;
     }
     if (header_) std::memcpy(slot, &job_.fingerprint, header_);
-    std::memcpy(slot + header_, job_.buf, bytes_);
-    transport_.commitSlot(q, message_);
-    ++sent_;
+    if (payload) std::memcpy(slot + header_, sendFrom(q), payload);
+    transport_.commitSlot(q, header_ + payload);
+    ++sendNext_;
     moved = true;
   }
   return moved;
 }
 
-bool SmallAllreduce::receive() {
-  const int p = transport_.size(), r = transport_.rank();
+bool SmallCollective::receive() {
   bool moved = false;
   if (!posted_) {
     // Copying transports always take the announcement (no destination).
-    for (int q = 0; q < p; ++q) {
-      if (q != r) RC_ASSERT(transport_.tryPostRecv(q, nullptr, message_), "receive from ", q);
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_ || !talks(q, /*send=*/false)) continue;
+      RC_ASSERT(transport_.tryPostRecv(q, nullptr, header_ + recvBytes(q)), "receive from ", q);
     }
     posted_ = true;
   }
-  for (int q = 0; q < p; ++q) {
-    if (q == r || views_[q] != nullptr) continue;
-    size_t got = message_;
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_ || views_[q] != nullptr || !talks(q, /*send=*/false)) continue;
+    const size_t want = header_ + recvBytes(q);
+    size_t got = want;
     const auto* view = static_cast<const char*>(transport_.recvViewAny(q, &got));
     if (view == nullptr) {
       if (waitPeer_ < 0) {
@@ -84,9 +109,9 @@ bool SmallAllreduce::receive() {
         throw MismatchError(q, disagreement);
       }
     }
-    if (got != message_) {
+    if (got != want) {
       transport_.releaseRecv(q);
-      throw wrongSize(q, got, message_);
+      throw wrongSize(q, got, want);
     }
     views_[q] = view + header_;
     ++arrived_;
@@ -95,15 +120,16 @@ bool SmallAllreduce::receive() {
   return moved;
 }
 
-bool SmallAllreduce::progress() {
+bool SmallCollective::progress() {
   if (done_) return false;
   waitPeer_ = -1;
   bool moved = send();
   moved = receive() || moved;
-  if (arrived_ == transport_.size() - 1 && sent_ == transport_.size() - 1) {
-    fold();
-    for (int q = 0; q < transport_.size(); ++q) {
-      if (q != transport_.rank()) transport_.releaseRecv(q);
+  // Every send first: a send reads the buffer that combine() writes.
+  if (sendNext_ == size_ && arrived_ == expected_) {
+    combine();
+    for (int q = 0; q < size_; ++q) {
+      if (q != rank_ && talks(q, /*send=*/false)) transport_.releaseRecv(q);
     }
     done_ = true;
     return true;  // no clock read: nobody asks a finished run when it last moved
@@ -112,27 +138,54 @@ bool SmallAllreduce::progress() {
   return moved;
 }
 
-// In rank order on every rank (see small.h): rank 0 folds into its buffer, which
-// holds x0 already; any other rank needs its own input after x0 .. x(r-1), so it
-// folds into the scratch and copies the result back.
-void SmallAllreduce::fold() {
-  const int p = transport_.size(), r = transport_.rank();
-  auto x = [&](int q) -> const void* { return q == r ? job_.buf : views_[q]; };
-  if (p > 1 && bytes_ > 0) {
-    void* acc = r == 0 ? job_.buf : scratch_;
-    for (int q = 1; q < p; ++q) {
-      reducer_.reduce(acc, q == 1 ? x(0) : acc, x(q), job_.n, job_.dtype, job_.op);
-    }
-    if (r != 0) reducer_.copy(job_.buf, scratch_, bytes_, /*streaming=*/false);
-  }
-  if (job_.divideBy > 1 && job_.n > 0) {
-    reducer_.divide(job_.buf, job_.n, job_.dtype, job_.divideBy);
+void SmallCollective::combine() {
+  auto* buf = static_cast<char*>(job_.buf);
+  switch (job_.kind) {
+    case SmallKind::kAllreduce:
+      fold(buf, buf);
+      break;
+    case SmallKind::kReduceScatter:
+      fold(buf + static_cast<size_t>(rank_) * bytes_, job_.out);
+      break;
+    case SmallKind::kAllgather:
+      if (bytes_ == 0) break;
+      for (int q = 0; q < size_; ++q) {
+        char* block = buf + static_cast<size_t>(q) * bytes_;
+        const void* from = q == rank_ ? job_.in : views_[q];
+        if (from != block) reducer_.copy(block, from, bytes_, /*streaming=*/false);
+      }
+      break;
+    case SmallKind::kBroadcast:
+      if (rank_ != job_.root && bytes_ > 0) {
+        reducer_.copy(buf, views_[job_.root], bytes_, /*streaming=*/false);
+      }
+      break;
   }
 }
 
-std::string SmallAllreduce::waitingWhat() const {
+// In rank order on every rank (small.h). Rank 0 folds straight into dst (x0 is
+// `mine`, read before dst is written at each element). A rank r >= 1 needs its own
+// input after x0 .. x(r-1): where dst is its input it folds into the scratch and
+// copies the result back.
+void SmallCollective::fold(const void* mine, void* dst) {
+  auto x = [&](int q) -> const void* { return q == rank_ ? mine : views_[q]; };
+  if (bytes_ > 0) {
+    if (size_ == 1) {
+      if (dst != mine) reducer_.copy(dst, mine, bytes_, /*streaming=*/false);
+    } else {
+      void* acc = rank_ != 0 && dst == mine ? scratch_ : dst;
+      for (int q = 1; q < size_; ++q) {
+        reducer_.reduce(acc, q == 1 ? x(0) : acc, x(q), job_.n, job_.dtype, job_.op);
+      }
+      if (acc != dst) reducer_.copy(dst, acc, bytes_, /*streaming=*/false);
+    }
+  }
+  if (job_.divideBy > 1 && job_.n > 0) reducer_.divide(dst, job_.n, job_.dtype, job_.divideBy);
+}
+
+std::string SmallCollective::waitingWhat() const {
   if (waitPeer_ < 0) return "its peers";
-  return RC_STR(waitWhat_, " rank ", waitPeer_, " (the one message of ", kName, ")");
+  return RC_STR(waitWhat_, " rank ", waitPeer_, " (the one message of ", name(), ")");
 }
 
 }  // namespace ringcoll::algo
