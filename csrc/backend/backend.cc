@@ -450,23 +450,23 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, con
   // A broken group fails every call at once, here: nothing queued could run, and
   // the worker may still be writing a hang's diagnostics (runFailureHooks).
   if (broken_.load(std::memory_order_acquire)) {
-    runCpu(*task, Clock::now());
+    runCpu(*task, std::chrono::nanoseconds(0));
     return task->work;
   }
   // Small and nothing ahead of it: run here, no hand-off to the worker and back.
   if (bytes <= knobs_.inlineBytes && worker_->tryClaim()) {
-    if (runCpu(*task, Clock::now() + kInlineBudget)) {
+    if (runCpu(*task, kInlineBudget)) {
       worker_->release();
     } else {
-      worker_->handOff([this, task] { runCpu(*task, Clock::time_point::max()); });
+      worker_->handOff([this, task] { runCpu(*task, kForever); });
     }
     return task->work;
   }
-  worker_->enqueue([this, task] { runCpu(*task, Clock::time_point::max()); });
+  worker_->enqueue([this, task] { runCpu(*task, kForever); });
   return task->work;
 }
 
-bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
+bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
   try {
     if (!t.exec) {
       const std::string why = brokenReason();
@@ -499,9 +499,13 @@ bool RingcollBackend::runCpu(CpuTask& t, Clock::time_point until) {
         t.exec = executor_->start(std::move(job));
       }
     }
-    // In slices, so that a collective that waits sees a peer's report, abort() and
-    // shutdown() (checkInterrupts) within kReportPoll.
-    for (;;) {
+    // A collective that ends on its first pass (a small one whose peers' messages
+    // are all here) reads no clock. Else in slices, so that one that waits sees a
+    // peer's report, abort() and shutdown() (checkInterrupts) within kReportPoll.
+    const bool first = t.exec->progress() && t.exec->done();
+    const auto until = first || budget == kForever ? Clock::time_point::max()
+                                                   : Clock::now() + budget;
+    while (!first) {
       const auto slice = std::min(until, Clock::now() + kReportPoll);
       if (executor_->drive(*t.exec, slice, t.timeout)) break;
       if (Clock::now() >= until) return false;
@@ -582,6 +586,7 @@ uint64_t RingcollBackend::completionKey(const c10d::Work& work) {
 
 void RingcollBackend::runCompletionHooks(uint64_t key) {
 #ifdef RINGCOLL_COMPLETION_HOOKS
+  if (completionHooks_.empty()) return;
   c10d::CompletionHookArgs args;
   args.completionKey = key;
   for (const auto& h : completionHooks_.snapshot()) h(args);

@@ -236,8 +236,10 @@ class RingcollBackend final : public c10d::Backend {
                                            std::vector<at::Tensor> outputs,
                                            size_t bytes, std::chrono::milliseconds timeout,
                                            Body body, int64_t fr);
-  // Starts or resumes a CPU task; false if `until` came first (it can be resumed).
-  bool runCpu(CpuTask& task, std::chrono::steady_clock::time_point until);
+  // Starts or resumes a CPU task; false if `budget` ran out first (it can be
+  // resumed). kForever: until it ends.
+  static constexpr std::chrono::nanoseconds kForever = std::chrono::nanoseconds::max();
+  bool runCpu(CpuTask& task, std::chrono::nanoseconds budget);
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
   // Between slices of a CPU collective: throws if it must end now (a peer's report
   // in the store, abort(), shutdown() with no progress for kShutdownGrace).
@@ -326,11 +328,15 @@ class RingcollBackend final : public c10d::Backend {
     void add(int64_t id, Hook hook) {
       std::lock_guard<std::mutex> lock(mutex_);
       hooks_[id] = std::move(hook);
+      count_.store(hooks_.size(), std::memory_order_release);
     }
     void remove(int64_t id) {
       std::lock_guard<std::mutex> lock(mutex_);
       hooks_.erase(id);
+      count_.store(hooks_.size(), std::memory_order_release);
     }
+    // Without the lock: what every collective asks (most groups have no hooks).
+    bool empty() const { return count_.load(std::memory_order_acquire) == 0; }
     std::vector<Hook> snapshot() const {
       std::lock_guard<std::mutex> lock(mutex_);
       std::vector<Hook> out;
@@ -341,6 +347,7 @@ class RingcollBackend final : public c10d::Backend {
    private:
     mutable std::mutex mutex_;
     std::map<int64_t, Hook> hooks_;
+    std::atomic<size_t> count_{0};  // hooks_.size()
   };
   HookTable<std::function<void()>> abortHooks_;
 #ifdef RINGCOLL_COMPLETION_HOOKS

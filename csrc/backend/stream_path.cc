@@ -270,6 +270,8 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
   try {
     device_->enqueue([&] {
       staged = body(device_->executor());
+      // Small collectives are the host transports' (backend: small() says no here).
+      RC_ASSERT(!staged->small, "a small collective on the stream path");
       staged->job.tag = tag;
       if (fingerprint_) {
         staged->job.checked = true;

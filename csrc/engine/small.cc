@@ -30,8 +30,7 @@ SmallCollective::SmallCollective(Transport& transport, Reducer& reducer, const S
       header_(job.checked ? sizeof(Fingerprint) : 0),
       rank_(transport.rank()),
       size_(transport.size()),
-      views_(views),
-      lastMove_(Clock::now()) {
+      views_(views) {
   for (int q = 0; q < size_; ++q) {
     if (q != rank_ && talks(q, /*send=*/false)) ++expected_;
   }
@@ -134,7 +133,9 @@ bool SmallCollective::progress() {
     done_ = true;
     return true;  // no clock read: nobody asks a finished run when it last moved
   }
-  if (moved) lastMove_ = Clock::now();
+  // The first pass that does not finish starts the clock (the timeout counts
+  // from the last move, or from then).
+  if (moved || lastMove_ == Clock::time_point{}) lastMove_ = Clock::now();
   return moved;
 }
 

@@ -125,7 +125,7 @@ class SmallCollective final : public Run {
   bool done_ = false;
   int waitPeer_ = -1;
   const char* waitWhat_ = "";
-  Clock::time_point lastMove_;
+  Clock::time_point lastMove_{};  // set by the first pass that does not finish
 };
 
 }  // namespace ringcoll::algo
