@@ -18,7 +18,7 @@ class Options:
     transport: str | None = None  # RINGCOLL_TRANSPORT: auto | shm | gloo | stream
     chunk_bytes: int | None = None  # RINGCOLL_CHUNK_BYTES (>= 64)
     inline_bytes: int | None = None  # RINGCOLL_INLINE_BYTES
-    small_bytes: int | None = None  # RINGCOLL_SMALL_BYTES (0: no small all-reduce)
+    small_bytes: int | None = None  # RINGCOLL_SMALL_BYTES (0: no small collectives)
     host: str | None = None  # RINGCOLL_HOST
     debug: bool | None = None  # RINGCOLL_DEBUG
     fingerprint: bool | None = None  # RINGCOLL_FINGERPRINT

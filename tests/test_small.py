@@ -281,9 +281,10 @@ def test_small_calls_keep_their_place_behind_async_ones(p):
 
 
 def mixed_world(rank, p, how):
-    """Rank 0 makes a small all-reduce; rank 1 a scheduled collective (a large
-    all-reduce, or a broadcast of the same bytes). Both raise naming both calls,
-    within a second, and rank 0's tensor is untouched."""
+    """Rank 0 makes a small all-reduce; rank 1 a large all-reduce (the scheduled
+    ring: a header alone, then payload) or a broadcast of the same bytes (a small
+    collective of another kind). Both raise naming both calls, within a second, and
+    rank 0's tensor is untouched."""
     descs = ["allreduce(float32, 3 elements, SUM, small-allreduce",
              f"allreduce(float32, {LIMIT} elements, SUM, ring" if how == "large"
              else "broadcast(float32, 3 elements, root 0"]
@@ -317,5 +318,5 @@ def mixed_world(rank, p, how):
 
 
 @pytest.mark.parametrize("how", ["large", "broadcast"])
-def test_small_against_scheduled_call_raises_on_both(how):
+def test_small_against_another_call_raises_on_both(how):
     mp.run_checks(2, mixed_world, how, transport="shm", pg_timeout_s=30)

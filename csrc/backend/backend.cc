@@ -560,6 +560,11 @@ bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
     if (e.timedOut()) runFailureHooks();
   } catch (...) {
     FlightRecorder::get().failed(t.fr, -1);
+    // Failed half way (an internal error): its messages are left unpaired, so no
+    // later collective could pair its own right.
+    if (t.exec && !t.exec->done()) {
+      markBroken(c10::str(t.label, ": failed in the middle of the collective"));
+    }
     t.work->finishWithError(std::current_exception());
   }
   return true;

@@ -439,6 +439,8 @@ size_t Executor::segmentElems(DType dtype) const {
 }
 
 std::unique_ptr<Execution> Executor::start(Job job) {
+  // A run that ends on its first pass never goes through drive(): no stale peer.
+  waitingFor_.store(-1, std::memory_order_relaxed);
   auto plan = plans_.get(job.schedule, segmentElems(job.dtype), job.divideBy > 0,
                          transport_.rank());
   return std::make_unique<Execution>(transport_, reducer_, std::move(job), std::move(plan),
@@ -446,6 +448,7 @@ std::unique_ptr<Execution> Executor::start(Job job) {
 }
 
 std::unique_ptr<Run> Executor::startSmall(const SmallJob& job) {
+  waitingFor_.store(-1, std::memory_order_relaxed);  // as in start()
   const size_t words = (job.n * elementSize(job.dtype) + 7) / 8;
   if (smallScratch_.size() < words) smallScratch_.resize(words);
   smallViews_.assign(static_cast<size_t>(transport_.size()), nullptr);
