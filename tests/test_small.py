@@ -320,3 +320,30 @@ def mixed_world(rank, p, how):
 @pytest.mark.parametrize("how", ["large", "broadcast"])
 def test_small_against_another_call_raises_on_both(how):
     mp.run_checks(2, mixed_world, how, transport="shm", pg_timeout_s=30)
+
+
+def unchecked_count_world(rank, p):
+    """Without the fingerprint a small message is its payload alone: ranks that pass
+    2 and 3 elements see a message of the wrong size and both raise naming the
+    peer (the size check of engine/fingerprint.h's openingError), nothing written."""
+    g = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(fingerprint=False))
+    x = torch.full((2 + rank,), 1.0)
+    before = x.clone()
+    dist.barrier(group=mp.GLOO)
+    try:
+        dist.all_reduce(x, group=g)
+        msg = "no error"
+    except dist.DistBackendError as e:
+        msg = str(e)
+    f = []
+    peer = 1 - rank
+    if f"rank {peer} sent a message of {4 * (2 + peer)} bytes where this rank expected " \
+            f"{4 * (2 + rank)}" not in msg:
+        f.append(f"message: {msg}")
+    if not torch.equal(x, before):
+        f.append(f"wrote {x.tolist()}")
+    return f
+
+
+def test_small_without_fingerprint_reports_a_size_mismatch():
+    mp.run_checks(2, unchecked_count_world, transport="shm", pg_timeout_s=30)

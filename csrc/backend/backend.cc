@@ -131,7 +131,7 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   // The same on every rank: the knobs are shared (topology exchange), and either
   // every rank has a link other than shared memory or none has.
   if (knobs_.transport != "stream" && knobs_.smallLimit() > 0 &&
-      algo::SmallCollective::fits(*transport_, 0, knobs_.chunkBytes)) {
+      algo::SmallCollective::runsOn(*transport_)) {
     smallOn_ = true;
     smallBytes_ = std::min(knobs_.smallLimit(), knobs_.chunkBytes - sizeof(algo::Fingerprint));
   }
@@ -560,11 +560,6 @@ bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
     if (e.timedOut()) runFailureHooks();
   } catch (...) {
     FlightRecorder::get().failed(t.fr, -1);
-    // Failed half way (an internal error): its messages are left unpaired, so no
-    // later collective could pair its own right.
-    if (t.exec && !t.exec->done()) {
-      markBroken(c10::str(t.label, ": failed in the middle of the collective"));
-    }
     t.work->finishWithError(std::current_exception());
   }
   return true;

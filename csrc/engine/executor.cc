@@ -194,8 +194,7 @@ bool Execution::exchangeHeaders() {
   for (auto& h : headers_) {
     if (!h.posted || h.checked) continue;
     OpTrace* t = tracedHeader(h, true);
-    // Any size: a peer in a small collective sends its header at the start of a
-    // longer message (engine/small.h), and the header says what call it made.
+    // Any size: openingError (engine/fingerprint.h) reads the header first.
     size_t got = sizeof(Fingerprint);
     const void* view = transport_.recvViewAny(h.peer, &got);
     if (view == nullptr) {
@@ -204,11 +203,10 @@ bool Execution::exchangeHeaders() {
       continue;
     }
     if (t) t->arrive = Tracer::now();
-    const std::string disagreement =
-        got >= sizeof(Fingerprint) ? mismatch(header_[h.peer], view, h.peer) : std::string();
+    const std::exception_ptr error =
+        openingError(&header_[h.peer], view, got, sizeof(Fingerprint), h.peer);
     transport_.releaseRecv(h.peer);
-    if (!disagreement.empty()) throw MismatchError(h.peer, disagreement);
-    if (got != sizeof(Fingerprint)) throw wrongSize(h.peer, got, sizeof(Fingerprint));
+    if (error) std::rethrow_exception(error);
     if (t) t->done = Tracer::now();
     h.checked = true;
     --headersOpen_;

@@ -244,7 +244,7 @@ class Executor {
   void setTracer(Tracer* tracer) { tracer_ = tracer; }
 
   std::unique_ptr<Execution> start(Job job);
-  // The small collective of job (engine/small.h; SmallCollective::fits said yes).
+  // The small collective of job (engine/small.h; SmallCollective::runsOn said yes).
   std::unique_ptr<Run> startSmall(const SmallJob& job);
   // Runs ex until it is done (true) or `until` passes (false). Throws PeerError
   // when it made no progress for `timeout`.

@@ -115,4 +115,15 @@ std::string mismatch(const Fingerprint& mine, const void* received, int peer) {
                 first ? me : them, "; ", first ? them : me);
 }
 
+std::exception_ptr openingError(const Fingerprint* mine, const void* received, size_t got,
+                                size_t want, int peer) {
+  if (mine != nullptr) {
+    const std::string disagreement =
+        got >= sizeof(Fingerprint) ? mismatch(*mine, received, peer) : std::string();
+    if (!disagreement.empty()) return std::make_exception_ptr(MismatchError(peer, disagreement));
+  }
+  if (got != want) return std::make_exception_ptr(wrongSize(peer, got, want));
+  return nullptr;
+}
+
 }  // namespace ringcoll::algo

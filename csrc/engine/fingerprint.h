@@ -25,7 +25,9 @@
 // disagree instead of moving blocks to the wrong tensors.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
 
 #include "reduce/types.h"
@@ -128,5 +130,14 @@ std::string describe(const Fingerprint& fp, int to = -1);
 // text naming both calls, or "" when they match. `bytes` that are not a header
 // at all (wrong magic) are described as such.
 std::string mismatch(const Fingerprint& mine, const void* received, int peer);
+
+// What is wrong with a message from `peer` that opens a collective (`got` bytes
+// where this rank announced `want`), null if nothing: with `mine`, its header is
+// compared first, whatever the size, since it names the peer's call (MismatchError);
+// then the size (PeerError). A peer in a small collective sends its header at the
+// start of a longer message (engine/small.h), one in a scheduled collective a
+// header alone, so the two still report both calls.
+std::exception_ptr openingError(const Fingerprint* mine, const void* received, size_t got,
+                                size_t want, int peer);
 
 }  // namespace ringcoll::algo

@@ -12,8 +12,8 @@ const std::string& SmallCollective::name(SmallKind kind) {
   return names[static_cast<int>(kind)];
 }
 
-bool SmallCollective::fits(Transport& transport, size_t bytes, size_t maxMessage) {
-  if (transport.streamOrdered() || bytes + sizeof(Fingerprint) > maxMessage) return false;
+bool SmallCollective::runsOn(const Transport& transport) {
+  if (transport.streamOrdered()) return false;
   for (int q = 0; q < transport.size(); ++q) {
     if (q != transport.rank() && !transport.copiesSends(q)) return false;
   }
@@ -99,18 +99,11 @@ bool SmallCollective::receive() {
       }
       continue;
     }
-    // The header first, whatever the size: it names the peer's call.
-    if (header_) {
-      const std::string disagreement =
-          got >= header_ ? mismatch(job_.fingerprint, view, q) : std::string();
-      if (!disagreement.empty()) {
-        transport_.releaseRecv(q);
-        throw MismatchError(q, disagreement);
-      }
-    }
-    if (got != want) {
+    const std::exception_ptr error =
+        openingError(header_ ? &job_.fingerprint : nullptr, view, got, want, q);
+    if (error) {
       transport_.releaseRecv(q);
-      throw wrongSize(q, got, want);
+      std::rethrow_exception(error);
     }
     views_[q] = view + header_;
     ++arrived_;

@@ -72,11 +72,10 @@ class SmallCollective final : public Run {
   // The name each kind goes by (fingerprints, logs): 15 characters at most.
   static const std::string& name(SmallKind kind);
 
-  // Whether `transport` runs small collectives of `bytes` bytes (the collective's
-  // whole buffer, an upper bound on every message's payload): every peer's link
-  // copies sends, and the header and `bytes` fit one message of at most
-  // `maxMessage` bytes (the transport's slot).
-  static bool fits(Transport& transport, size_t bytes, size_t maxMessage);
+  // Whether `transport` runs small collectives: every peer's link copies sends.
+  // The caller keeps each collective's buffer (an upper bound on every message's
+  // payload) within the transport's slot less the header.
+  static bool runsOn(const Transport& transport);
 
   // `scratch`: n elements, 8-byte aligned (the accumulator of ranks other than 0
   // that fold in place);
