@@ -7,11 +7,16 @@ over the median of timed calls (CUDA events). Offsets 0 and 4 bytes show the
 16-byte pack path and the head/tail path.
 """
 
+import os
 import statistics
+import sys
 
 import torch
 
-import ringcoll
+# Run as a script from the repository root (an in-place build, as tests/run_gpu.sh
+# makes): the package is next to this directory, not installed.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import ringcoll  # noqa: E402
 
 
 def bench(fn, iters=50):

@@ -2,7 +2,11 @@
 # The GPU session in one command, on a machine with a CUDA build of torch and >= 1 GPU:
 # builds the CUDA variant of ringcoll in place, runs the GPU suite (tests/test_gpu.py:
 # with one GPU its multi-rank part runs 2, 3 and 4 ranks sharing it), and with
-# --bench also the like-for-like benchmark against NCCL (--share-gpu on one GPU).
+# --bench also, under CUDA MPS where it starts, the like-for-like benchmark against
+# NCCL and NCCL Ring (--share-gpu on one GPU; ringcoll's default algorithm and auto,
+# 8 B-128 MiB and 256 MiB), the reduce kernel against torch.add
+# (benchmarks/kernel_bw.py) and the host cost of a small all-reduce against NCCL's
+# (benchmarks/gpu_host_cost.py, with the non-blocking and the blocking communicator).
 #
 #   bash tests/run_gpu.sh [--bench] [--sanitize] [pytest args...]
 #
@@ -64,10 +68,30 @@ if [ "$SANITIZE" = 1 ]; then
   grep -E "SUMMARY|passed|failed|wrong results" "$OUT/sanitizer.log"
 fi
 if [ "$BENCH" = 1 ]; then
-  timeout ${GPU_BENCH_LIMIT_S:-1800} "$PY" -m ringcoll.bench --device cuda --share-gpu \
-    --nproc 2,4 -b 4K -e 128M -f 8 --backends ringcoll,nccl-ring \
-    --budget ${GPU_BENCH_BUDGET_S:-0.3} -R 3 -n 3 -w 2 \
+  # CUDA MPS, where it can be started (root, no other CUDA process): the ranks' kernels
+  # then run at once instead of time-slicing the one GPU, which otherwise sets every
+  # backend's small-message time (about 2.4 ms per ring step). Stopped at the end.
+  MPS=0
+  if command -v nvidia-cuda-mps-control > /dev/null && nvidia-cuda-mps-control -d 2> /dev/null; then
+    if timeout 60 "$PY" -c "import torch; assert (torch.ones(2, device='cuda') * 2).sum() == 4"; then
+      MPS=1
+    else
+      echo quit | nvidia-cuda-mps-control
+    fi
+  fi
+  echo "CUDA MPS: $MPS" | tee -a "$OUT/machine.txt"
+  B="$PY -m ringcoll.bench --device cuda --share-gpu --budget ${GPU_BENCH_BUDGET_S:-0.1} -R 3 -n 3 -w 2
+     --backends ringcoll,ringcoll+algo=auto,nccl,nccl-ring"
+  timeout ${GPU_BENCH_LIMIT_S:-1800} $B --nproc 2,4 -b 8 -e 128M -f 8 \
     --json "$OUT/bench.json" --csv "$OUT/bench.csv" --plot "$OUT/bench.png" \
     2>&1 | tee "$OUT/bench.txt" || rc=$?
+  timeout ${GPU_BENCH_LIMIT_S:-1800} $B --nproc 2,4 -b 256M -e 256M \
+    --json "$OUT/bench256.json" 2>&1 | tee "$OUT/bench256.txt" || rc=$?
+  timeout 120 "$PY" benchmarks/kernel_bw.py 2>&1 | tee "$OUT/kernel_bw.txt" || rc=$?
+  for blocking in 0 1; do
+    RINGCOLL_NCCL_BLOCKING=$blocking timeout 120 "$PY" benchmarks/gpu_host_cost.py \
+      2>&1 | tee "$OUT/host_cost_nccl_blocking$blocking.txt" || rc=$?
+  done
+  if [ "$MPS" = 1 ]; then echo quit | nvidia-cuda-mps-control; fi
 fi
 exit $rc
