@@ -15,7 +15,8 @@ rank still running shortly before the kill prints its threads' Python stacks to
 stderr. `transport` sets
 RINGCOLL_TRANSPORT in every rank (the tests run on "shm" and "gloo"). A rank in
 `may_exit` may die without reporting (a test that kills it); its result is None.
-`rank_env` gives variables per rank ({"RINGCOLL_HOST": ["a", "b", ...]}).
+`rank_env` gives variables per rank ({"RINGCOLL_HOST": ["a", "b", ...]}; None unsets
+the variable in that rank).
 `fn` must be a module-level function of an importable module (spawn pickles it by
 name).
 """
@@ -40,7 +41,11 @@ GLOO = None  # set in each child: a gloo group over the same ranks, for referenc
 def _child(rank, world_size, store_path, fn, args, conn, init_backend, pg_timeout_s, env,
            dump_after_s, exit_grace_s):
     global GLOO
-    os.environ.update(env)
+    for key, value in env.items():  # None: unset in this rank
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
     # A rank still running shortly before the parent kills it prints every thread's
     # Python stack to stderr (pytest shows it with the failure): a hang says where.
     faulthandler.dump_traceback_later(dump_after_s, exit=False)

@@ -371,3 +371,18 @@ def test_ranks_with_different_knobs_are_refused_at_creation():
         part = text.split(f"--- rank {rank} ---")[1].split("--- rank")[0]
         assert "ranks must use the same knobs" in part, part
         assert "RINGCOLL_CHUNK_BYTES=65536" in part and "RINGCOLL_CHUNK_BYTES=1048576" in part, part
+
+
+def test_a_named_algorithm_on_some_ranks_is_refused_naming_it():
+    """RINGCOLL_ALGO set on one rank only (to the default's own value) turns the small
+    collectives off there alone: both ranks refuse the group, and the text says that
+    the named algorithm is why the small-collective limits differ."""
+    with pytest.raises(AssertionError) as info:
+        mp.run_world(2, never_called, pg_timeout_s=30, transport="shm",
+                     rank_env={"RINGCOLL_ALGO": ["ring", None]})
+    text = str(info.value)
+    for rank in range(2):
+        part = text.split(f"--- rank {rank} ---")[1].split("--- rank")[0]
+        assert "ranks must use the same knobs" in part, part
+        assert "RINGCOLL_SMALL_BYTES=0 (off: RINGCOLL_ALGO is set)" in part, part
+        assert "RINGCOLL_SMALL_BYTES=16384" in part, part

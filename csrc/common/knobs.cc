@@ -117,7 +117,11 @@ std::string Knobs::shared() const {
                 " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_GPU_CHUNK_BYTES=", gpuChunkBytes,
                 " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0,
                 " RINGCOLL_GPU_FINGERPRINT=", gpuFingerprint ? 1 : 0,
-                " RINGCOLL_SMALL_BYTES=", smallLimit());
+                " RINGCOLL_SMALL_BYTES=", smallLimit(),
+                // A named algorithm turns the small path off: say so, or a rank that
+                // sets RINGCOLL_ALGO to the default's value would be told only that
+                // the limits differ.
+                algoSet && smallBytes > 0 ? " (off: RINGCOLL_ALGO is set)" : "");
 }
 
 std::string Knobs::describe() const {
