@@ -13,6 +13,8 @@ fake implementation, so it runs inside torch.compile(fullgraph=True).
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.distributed as dist
 
@@ -24,10 +26,11 @@ __all__ = ["all_reduce_"]
 # The op itself (not its overload packet, whose __call__ costs about 0.5 us more), and
 # the last group resolved with its name: group.group_name and the default group's
 # lookup cost about 0.6 us per call, a seventh of a small call at p = 1. One slot, by
-# identity: a destroyed group's object keeps its old name, and the op then says that
-# the name resolves to nothing.
+# identity, through a weak reference (the slot must not keep a destroyed group, and
+# its backend's shared memory and threads, alive): a destroyed group's object keeps
+# its old name, and the op then says that the name resolves to nothing.
 _op = torch.ops.ringcoll.all_reduce_.default
-_last = (None, "")
+_last = (lambda: None, "")
 
 
 def _group_name(group) -> str:
@@ -40,8 +43,8 @@ def _group_name(group) -> str:
         group = dist.group.WORLD
         if group is None:
             group = dist.distributed_c10d._get_default_group()  # raises: not initialized
-    if _last[0] is not group:
-        _last = (group, group.group_name)
+    if _last[0]() is not group:
+        _last = (weakref.ref(group), group.group_name)
     return _last[1]
 
 

@@ -103,6 +103,29 @@ def test_refused_dtypes_and_groups_raise_on_every_rank():
     mp.run_checks(3, refusals)
 
 
+def forgets_groups(rank, p):
+    """The op remembers the last group it resolved (ringcoll/ops.py), but not past
+    the group's destruction: the object is freed with its last user reference."""
+    import gc
+    import weakref
+
+    g = dist.new_group(backend="ringcoll")
+    x = torch.ones(3)
+    ringcoll.ops.all_reduce_(x, group=g)
+    ref = weakref.ref(g)
+    dist.destroy_process_group(g)
+    del g
+    gc.collect()
+    f = [] if ref() is None else ["the destroyed group is still alive"]
+    if not torch.equal(x, torch.full((3,), float(p))):
+        f.append(f"sum: {x.tolist()}")
+    return f
+
+
+def test_op_does_not_keep_a_destroyed_group_alive():
+    mp.run_checks(2, forgets_groups)
+
+
 def behind_async(rank, p):
     """Each op call is issued right behind a large async dist.all_reduce: it must run
     after it (issue order pairs the ranks' messages), whatever the sizes."""
