@@ -63,26 +63,24 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
   at::Tensor t = checks::realView(op, tensors[0], &opts.reduceOp);
   const DType dtype = checks::tensorDType(op, t, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
-  if (small(op, algo::SmallKind::kAllreduce, t, bytesOf(t), &red)) {
-    return launch(c10d::OpType::ALLREDUCE, op,
-                  callPrint(algo::Method::kAllreduce, dtype, t.numel(), &red), {t}, {t},
-                  bytesOf(t), opTimeout(opts.timeout),
-                  [this, t, dtype, red](algo::Executor&) {
-                    at::Tensor flat = flatWorking(t);
-                    algo::SmallJob job =
-                        smallJob(algo::SmallKind::kAllreduce, flat, dtype, &red, getSize());
-                    return Staged{{}, [t, flat]() mutable { writeBack(t, flat); }, job};
-                  });
-  }
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllreduce, bytesOf(t), t);
+  // No algorithm: a small collective (engine/small.h).
+  const algo::Algorithm* a = small(op, algo::SmallKind::kAllreduce, t, bytesOf(t), &red)
+                                 ? nullptr
+                                 : algorithm(op, algo::Collective::kAllreduce, bytesOf(t), t);
   return launch(c10d::OpType::ALLREDUCE, op,
                 callPrint(algo::Method::kAllreduce, dtype, t.numel(), &red),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
                 [this, a, t, dtype, red](algo::Executor& ex) {
                   at::Tensor flat = flatWorking(t);
+                  std::function<void()> finish = [t, flat]() mutable { writeBack(t, flat); };
+                  if (a == nullptr) {
+                    return Staged{{}, std::move(finish),
+                                  smallJob(algo::SmallKind::kAllreduce, flat, dtype, &red,
+                                           getSize())};
+                  }
                   return Staged{algo::allreduce(*a, params(flat.numel()),
                                                 flat.data_ptr(), dtype, red, ex.reducer()),
-                                [t, flat]() mutable { writeBack(t, flat); }};
+                                std::move(finish)};
                 });
 }
 
@@ -162,26 +160,25 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
   const DType dtype = checks::tensorDType(op, t, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
-  if (small(op, algo::SmallKind::kBroadcast, t, bytesOf(t), nullptr)) {
-    return launch(c10d::OpType::BROADCAST, op,
-                  callPrint(algo::Method::kBroadcast, dtype, t.numel(), nullptr, root), {t}, {t},
-                  bytesOf(t), opTimeout(opts.timeout), [t, dtype, root](algo::Executor&) {
-                    at::Tensor flat = flatWorking(t);
-                    algo::SmallJob job = smallJob(algo::SmallKind::kBroadcast, flat, dtype, nullptr);
-                    job.root = root;
-                    return Staged{{}, [t, flat]() mutable { writeBack(t, flat); }, job};
-                  });
-  }
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kBroadcast, bytesOf(t), t);
+  const algo::Algorithm* a = small(op, algo::SmallKind::kBroadcast, t, bytesOf(t), nullptr)
+                                 ? nullptr  // small (engine/small.h)
+                                 : algorithm(op, algo::Collective::kBroadcast, bytesOf(t), t);
   return launch(c10d::OpType::BROADCAST, op,
                 callPrint(algo::Method::kBroadcast, dtype, t.numel(), nullptr, root),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
                 [this, a, t, dtype, root](algo::Executor&) {
                   at::Tensor flat = flatWorking(t);
+                  std::function<void()> finish = [t, flat]() mutable { writeBack(t, flat); };
+                  if (a == nullptr) {
+                    algo::SmallJob job =
+                        smallJob(algo::SmallKind::kBroadcast, flat, dtype, nullptr);
+                    job.root = root;
+                    return Staged{{}, std::move(finish), job};
+                  }
                   return Staged{algo::broadcast(*a,
                                                 params(flat.numel() * elementSize(dtype), root),
                                                 flat.data_ptr()),
-                                [t, flat]() mutable { writeBack(t, flat); }};
+                                std::move(finish)};
                 });
 }
 
@@ -192,29 +189,28 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_allgather_base(
   at::Tensor in = checks::realView(op, input);
   checks::basePair(op, out, "output", in, "input", getSize());
   const DType dtype = checks::tensorDType(op, in, "input");
-  if (small(op, algo::SmallKind::kAllgather, out, bytesOf(out), nullptr)) {
-    return launch(c10d::OpType::_ALLGATHER_BASE, op,
-                  callPrint(algo::Method::kAllgatherIntoTensor, dtype, in.numel()), {in}, {out},
-                  bytesOf(out), opTimeout(opts.timeout), [this, out, in, dtype](algo::Executor&) {
-                    at::Tensor flat = flatWorking(out);
-                    // May be flat's block r (in place); anywhere else in it, a copy:
-                    // the blocks are written over it.
-                    at::Tensor mine = flatWorking(in);
-                    const char* block =
-                        static_cast<const char*>(flat.data_ptr()) + getRank() * bytesOf(mine);
-                    if (overlaps(mine, flat) && mine.data_ptr() != block) mine = mine.clone();
-                    algo::SmallJob job = smallJob(algo::SmallKind::kAllgather, mine, dtype, nullptr);
-                    job.buf = flat.data_ptr();
-                    job.in = mine.data_ptr();
-                    return Staged{{}, [out, flat, mine]() mutable { writeBack(out, flat); }, job};
-                  });
-  }
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllgather, bytesOf(out), out);
+  const algo::Algorithm* a =
+      small(op, algo::SmallKind::kAllgather, out, bytesOf(out), nullptr)
+          ? nullptr  // small (engine/small.h)
+          : algorithm(op, algo::Collective::kAllgather, bytesOf(out), out);
   return launch(c10d::OpType::_ALLGATHER_BASE, op,
                 callPrint(algo::Method::kAllgatherIntoTensor, dtype, in.numel()), {in}, {out},
                 bytesOf(out), opTimeout(opts.timeout),
                 [this, a, out, in, dtype](algo::Executor&) {
                   at::Tensor flat = flatWorking(out);
+                  if (a == nullptr) {
+                    // May be flat's block r (in place); anywhere else in it, a copy:
+                    // the blocks are written over it.
+                    at::Tensor own = flatWorking(in);
+                    const char* block =
+                        static_cast<const char*>(flat.data_ptr()) + getRank() * bytesOf(own);
+                    if (overlaps(own, flat) && own.data_ptr() != block) own = own.clone();
+                    algo::SmallJob job =
+                        smallJob(algo::SmallKind::kAllgather, own, dtype, nullptr);
+                    job.buf = flat.data_ptr();
+                    job.in = own.data_ptr();
+                    return Staged{{}, [out, flat, own]() mutable { writeBack(out, flat); }, job};
+                  }
                   const algo::Range mine =
                       algo::blockRange(flat.numel(), getSize(), getRank());
                   algo::Job job = algo::allgather(*a, params(flat.numel()), flat.data_ptr(), dtype);
@@ -272,11 +268,16 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
   checks::basePair(op, in, "input", out, "output", getSize());
   const DType dtype = checks::tensorDType(op, in, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
-  if (small(op, algo::SmallKind::kReduceScatter, in, bytesOf(in), &red)) {
-    return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op,
-                  callPrint(algo::Method::kReduceScatterTensor, dtype, out.numel(), &red),
-                  {in}, {out}, bytesOf(in), opTimeout(opts.timeout),
-                  [this, out, in, dtype, red](algo::Executor&) {
+  const algo::Algorithm* a =
+      small(op, algo::SmallKind::kReduceScatter, in, bytesOf(in), &red)
+          ? nullptr  // small (engine/small.h)
+          : algorithm(op, algo::Collective::kReduceScatter, bytesOf(in), in);
+  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op,
+                callPrint(algo::Method::kReduceScatterTensor, dtype, out.numel(),
+                          &red),
+                {in}, {out}, bytesOf(in), opTimeout(opts.timeout),
+                [this, a, out, in, dtype, red](algo::Executor& ex) {
+                  if (a == nullptr) {
                     // Only read. The result goes to `out` where it is in's block r
                     // or apart from `in`; elsewhere in it, to a buffer of its own.
                     at::Tensor src = flatWorking(in);
@@ -286,14 +287,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
                     if (overlaps(src, dst) && dst.data_ptr() != block) dst = at::empty_like(dst);
                     return Staged{{}, [out, src, dst]() mutable { writeBack(out, dst); },
                                   smallScatter(src, dst, dtype, red, getSize())};
-                  });
-  }
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kReduceScatter, bytesOf(in), in);
-  return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op,
-                callPrint(algo::Method::kReduceScatterTensor, dtype, out.numel(),
-                          &red),
-                {in}, {out}, bytesOf(in), opTimeout(opts.timeout),
-                [this, a, out, in, dtype, red](algo::Executor& ex) {
+                  }
                   // The schedule reduces in place, so it works on a copy of the input.
                   at::Tensor work = workspace(in.numel(), in).copy_(in.reshape({-1}));
                   return reduceScatterInto(out, work, *a, params(work.numel()), dtype,
