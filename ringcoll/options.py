@@ -25,7 +25,7 @@ class Options:
     trace: str | None = None  # RINGCOLL_TRACE: a directory for per-rank trace files
     gpu_chunk_bytes: int | None = None  # RINGCOLL_GPU_CHUNK_BYTES (>= 64)
     gpu_fingerprint: bool | None = None  # RINGCOLL_GPU_FINGERPRINT (experimental)
-    nccl_blocking: bool | None = None  # RINGCOLL_NCCL_BLOCKING (CUDA)
+    nccl_blocking: bool | str | None = None  # RINGCOLL_NCCL_BLOCKING (CUDA): connected | 0 | 1
     blocking_wait: bool | None = None  # RINGCOLL_BLOCKING_WAIT (CUDA)
     async_error_handling: str | None = None  # RINGCOLL_ASYNC_ERROR_HANDLING: teardown | raise
 
@@ -57,7 +57,8 @@ class Options:
         if self.gpu_fingerprint is not None:
             out["RINGCOLL_GPU_FINGERPRINT"] = "1" if self.gpu_fingerprint else "0"
         if self.nccl_blocking is not None:
-            out["RINGCOLL_NCCL_BLOCKING"] = "1" if self.nccl_blocking else "0"
+            b = self.nccl_blocking
+            out["RINGCOLL_NCCL_BLOCKING"] = ("1" if b else "0") if isinstance(b, bool) else str(b)
         if self.blocking_wait is not None:
             out["RINGCOLL_BLOCKING_WAIT"] = "1" if self.blocking_wait else "0"
         if self.async_error_handling is not None:

@@ -110,7 +110,8 @@ def test_bad_inputs_raise_on_every_rank(transport):
     ({"RINGCOLL_ASYNC_ERROR_HANDLING": "ignore"},
      ["RINGCOLL_ASYNC_ERROR_HANDLING", "ignore", "teardown, raise"]),
     ({"RINGCOLL_GPU_FINGERPRINT": "2"}, ["RINGCOLL_GPU_FINGERPRINT", "2"]),
-    ({"RINGCOLL_NCCL_BLOCKING": "maybe"}, ["RINGCOLL_NCCL_BLOCKING", "maybe"]),
+    ({"RINGCOLL_NCCL_BLOCKING": "maybe"},
+     ["RINGCOLL_NCCL_BLOCKING", "maybe", "connected, 0, 1"]),
 ])
 def test_bad_knob_values(overrides, fragments, monkeypatch):
     with pytest.raises(RuntimeError) as err:
@@ -137,8 +138,14 @@ def test_knob_defaults_and_options():
     # The CUDA knobs: defaults, and set through Options.
     for want in ("RINGCOLL_GPU_CHUNK_BYTES=33554432", "RINGCOLL_BLOCKING_WAIT=0",
                  "RINGCOLL_ASYNC_ERROR_HANDLING=teardown", "RINGCOLL_GPU_FINGERPRINT=0",
-                 "RINGCOLL_NCCL_BLOCKING=0"):
+                 "RINGCOLL_NCCL_BLOCKING=connected"):
         assert want in _C.knobs({}), _C.knobs({})
+    for value, shown in (("0", "0"), ("false", "0"), ("1", "1"), ("true", "1"),
+                         ("connected", "connected")):
+        desc = _C.knobs({"RINGCOLL_NCCL_BLOCKING": value})
+        assert f"RINGCOLL_NCCL_BLOCKING={shown} " in desc, desc
+        assert f"RINGCOLL_NCCL_BLOCKING={shown}" in _C.knobs(
+            ringcoll.Options(nccl_blocking=value).overrides()), value
     desc = _C.knobs(ringcoll.Options(gpu_chunk_bytes=1 << 20, blocking_wait=True,
                                      async_error_handling="raise",
                                      gpu_fingerprint=True, nccl_blocking=True).overrides())

@@ -359,18 +359,24 @@ def never_called(rank, p):
     return "the group was created"
 
 
-def test_ranks_with_different_knobs_are_refused_at_creation():
+@pytest.mark.parametrize("knob,values", [
+    ("RINGCOLL_CHUNK_BYTES", ["65536", "1048576"]),
+    # Decides whether the first CUDA collective splits the NCCL communicator (a
+    # collective of its own), so it is compared too, on any device.
+    ("RINGCOLL_NCCL_BLOCKING", ["0", "connected"]),
+])
+def test_ranks_with_different_knobs_are_refused_at_creation(knob, values):
     """Knobs that shape the messages (here the segment size) must be the same on
     every rank: both ranks refuse the group at init_process_group, naming both
     values, instead of exchanging messages of different sizes later."""
     with pytest.raises(AssertionError) as info:
         mp.run_world(2, never_called, pg_timeout_s=30, transport="shm",
-                     rank_env={"RINGCOLL_CHUNK_BYTES": ["65536", "1048576"]})
+                     rank_env={knob: values})
     text = str(info.value)
     for rank in range(2):
         part = text.split(f"--- rank {rank} ---")[1].split("--- rank")[0]
         assert "ranks must use the same knobs" in part, part
-        assert "RINGCOLL_CHUNK_BYTES=65536" in part and "RINGCOLL_CHUNK_BYTES=1048576" in part, part
+        assert f"{knob}={values[0]}" in part and f"{knob}={values[1]}" in part, part
 
 
 def test_a_named_algorithm_on_some_ranks_is_refused_naming_it():

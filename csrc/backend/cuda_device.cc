@@ -40,7 +40,8 @@ struct CudaDevice::Event : StreamDevice::Event {
 
 CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, size_t chunkBytes,
-                       c10::DeviceIndex device, algo::Tracer* tracer, bool ncclBlocking,
+                       c10::DeviceIndex device, algo::Tracer* tracer,
+                       Knobs::NcclBlocking ncclBlocking,
                        bool connectAll)
     : device_(device), stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {
   c10::cuda::CUDAGuard guard(device_);
@@ -54,11 +55,19 @@ CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
       },
       [](void* p) { c10::cuda::CUDACachingAllocator::raw_delete(p); }};
   try {
-    comm_ = std::make_unique<NcclComm>(id, rank, size, timeout, ncclBlocking);
+    comm_ = std::make_unique<NcclComm>(id, rank, size, timeout,
+                                       ncclBlocking == Knobs::NcclBlocking::kAlways);
     // Every rank's init returned, so every rank read the id.
     if (rank == 0) store->deleteKey(kUniqueIdKey);
     transport_ = std::make_unique<NcclTransport>(*comm_, rank, size, comm, chunkBytes,
                                                  std::move(alloc), connectAll);
+    // Connected to every peer: nothing left for an ncclGroupEnd to wait for, so the
+    // collectives can run blocking (no NCCL thread per batch). Point-to-point's
+    // communicator connects at first use, so it stays non-blocking.
+    if (connectAll && size > 1 && ncclBlocking == Knobs::NcclBlocking::kOnceConnected) {
+      auto lk = comm_->lock();
+      comm_->blockFromNowOn(lk);
+    }
   } catch (const PeerError& e) {
     C10_THROW_ERROR(DistBackendError, c10::str("ringcoll (cuda:", static_cast<int>(device_),
                                                "): ", e.what()));

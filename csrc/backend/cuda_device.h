@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "backend/stream_device.h"
+#include "common/knobs.h"
 #include "engine/trace.h"
 #include "reduce/cuda_reducer.h"
 #include "transport/nccl_comm.h"
@@ -29,13 +30,15 @@ class CudaDevice final : public StreamDevice {
  public:
   // `tracer`: RINGCOLL_TRACE's (null when off); it records host times only.
   // Creating the communicator and connecting every peer wait at most `timeout` for
-  // the other ranks (unless `ncclBlocking`: RINGCOLL_NCCL_BLOCKING, common/knobs.h).
+  // the other ranks (unless `ncclBlocking` is kAlways: RINGCOLL_NCCL_BLOCKING,
+  // common/knobs.h); with kOnceConnected and `connectAll`, the collectives then run
+  // on a blocking communicator split off it (NcclComm::blockFromNowOn).
   // `connectAll`: every peer at creation (collectives), else at first use
   // (point-to-point); transport/nccl_transport.h. `store`: the unique id goes
   // through it (a prefix of its own for each communicator).
   CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
              std::chrono::milliseconds timeout, size_t chunkBytes, c10::DeviceIndex device,
-             algo::Tracer* tracer, bool ncclBlocking, bool connectAll);
+             algo::Tracer* tracer, Knobs::NcclBlocking ncclBlocking, bool connectAll);
   ~CudaDevice() override;
 
   c10::Device device() const override { return c10::Device(c10::kCUDA, device_); }

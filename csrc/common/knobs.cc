@@ -58,7 +58,16 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
   } else if (name == "RINGCOLL_GPU_FINGERPRINT") {
     k.gpuFingerprint = parseBool(name, value);
   } else if (name == "RINGCOLL_NCCL_BLOCKING") {
-    k.ncclBlocking = parseBool(name, value);
+    if (value == "connected" || value.empty()) {
+      k.ncclBlocking = Knobs::NcclBlocking::kOnceConnected;
+    } else if (value == "1" || value == "true") {
+      k.ncclBlocking = Knobs::NcclBlocking::kAlways;
+    } else if (value == "0" || value == "false") {
+      k.ncclBlocking = Knobs::NcclBlocking::kNever;
+    } else {
+      throw std::invalid_argument(
+          RC_STR(name, "='", value, "' is not one of connected, 0, 1 (true, false)"));
+    }
   } else if (name == "RINGCOLL_BLOCKING_WAIT") {
     k.blockingWait = parseBool(name, value);
   } else if (name == "RINGCOLL_ASYNC_ERROR_HANDLING") {
@@ -117,11 +126,25 @@ std::string Knobs::shared() const {
                 " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_GPU_CHUNK_BYTES=", gpuChunkBytes,
                 " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0,
                 " RINGCOLL_GPU_FINGERPRINT=", gpuFingerprint ? 1 : 0,
+                // Whether the CUDA communicator is split (a collective) must agree.
+                " RINGCOLL_NCCL_BLOCKING=", ncclBlockingName(),
                 " RINGCOLL_SMALL_BYTES=", smallLimit(),
                 // A named algorithm turns the small path off: say so, or a rank that
                 // sets RINGCOLL_ALGO to the default's value would be told only that
                 // the limits differ.
                 algoSet && smallBytes > 0 ? " (off: RINGCOLL_ALGO is set)" : "");
+}
+
+const char* Knobs::ncclBlockingName() const {
+  switch (ncclBlocking) {
+    case NcclBlocking::kNever:
+      return "0";
+    case NcclBlocking::kAlways:
+      return "1";
+    case NcclBlocking::kOnceConnected:
+      break;
+  }
+  return "connected";
 }
 
 std::string Knobs::describe() const {
@@ -133,7 +156,7 @@ std::string Knobs::describe() const {
                 " RINGCOLL_DEBUG=", debug ? 1 : 0, " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0,
                 " RINGCOLL_GPU_CHUNK_BYTES=", gpuChunkBytes,
                 " RINGCOLL_GPU_FINGERPRINT=", gpuFingerprint ? 1 : 0,
-                " RINGCOLL_NCCL_BLOCKING=", ncclBlocking ? 1 : 0,
+                " RINGCOLL_NCCL_BLOCKING=", ncclBlockingName(),
                 " RINGCOLL_BLOCKING_WAIT=", blockingWait ? 1 : 0,
                 " RINGCOLL_ASYNC_ERROR_HANDLING=", asyncErrorHandling,
                 " RINGCOLL_STREAM_DELAY_US=", streamDelayUs,

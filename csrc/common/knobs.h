@@ -45,16 +45,26 @@
 //                                                by default until a GPU run shows it
 //                                                free of false mismatches (the stream
 //                                                emulation runs it on by default)
-//   ncclBlocking RINGCOLL_NCCL_BLOCKING 0       CUDA: 1: a blocking NCCL communicator.
-//                                                Non-blocking (0) lets the watchdog time
-//                                                out and abort the communicator's
-//                                                creation and connection; its price is
-//                                                a thread NCCL starts at each batch's
-//                                                ncclGroupEnd (one per wave). Blocking
-//                                                saves that thread; a rank that never
-//                                                creates its communicator then hangs
-//                                                the others' creation (as with
-//                                                ProcessGroupNCCL's default)
+//   ncclBlocking RINGCOLL_NCCL_BLOCKING connected  CUDA: how the NCCL communicator
+//                                                blocks. connected (default): created
+//                                                and connected non-blocking, so the
+//                                                watchdog can time out and abort a
+//                                                creation or connection that waits for
+//                                                a missing rank; then the collectives
+//                                                run on a blocking communicator split
+//                                                off it, sharing its connections
+//                                                (ncclCommSplit, splitShare), because a
+//                                                non-blocking one makes NCCL start a
+//                                                thread at every batch's ncclGroupEnd
+//                                                (one per wave: 150-300 us a call).
+//                                                Point-to-point's communicator, which
+//                                                connects at first use, stays
+//                                                non-blocking. 0: non-blocking
+//                                                throughout; 1: blocking throughout (a
+//                                                rank that never creates its
+//                                                communicator then hangs the others',
+//                                                as with ProcessGroupNCCL's default).
+//                                                Every rank must agree (it is compared)
 //   blockingWait RINGCOLL_BLOCKING_WAIT 0        CUDA: 1: Work.wait() blocks the host
 //                                                until the collective finished and
 //                                                raises on failure or timeout; 0: it
@@ -126,7 +136,9 @@ struct Knobs {
   size_t chunkBytes = size_t{1} << 20;
   size_t gpuChunkBytes = size_t{32} << 20;
   bool gpuFingerprint = false;
-  bool ncclBlocking = false;
+  // RINGCOLL_NCCL_BLOCKING: 0 | 1 | connected (above).
+  enum class NcclBlocking { kNever, kAlways, kOnceConnected };
+  NcclBlocking ncclBlocking = NcclBlocking::kOnceConnected;
   bool blockingWait = false;
   std::string asyncErrorHandling = "teardown";
   size_t inlineBytes = size_t{256} << 10;
@@ -148,9 +160,12 @@ struct Knobs {
   // "RINGCOLL_ALGO=ring RINGCOLL_TRANSPORT=auto ..." for logs and tests.
   std::string describe() const;
   // The knobs every rank of a group must share, because they shape the messages
-  // (algorithm, transport, segment size, fingerprint), in describe()'s form; the
-  // backend refuses a group whose ranks differ in them.
+  // (algorithm, transport, segment size, fingerprint) or its CUDA communicator's
+  // set-up (RINGCOLL_NCCL_BLOCKING), in describe()'s form; the backend refuses a
+  // group whose ranks differ in them.
   std::string shared() const;
+  // RINGCOLL_NCCL_BLOCKING's value as written: "0", "1" or "connected".
+  const char* ncclBlockingName() const;
   // The small collectives' limit as it applies (0 where RINGCOLL_ALGO is set).
   size_t smallLimit() const { return algoSet ? 0 : smallBytes; }
 };

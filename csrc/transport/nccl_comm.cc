@@ -8,9 +8,12 @@ namespace ringcoll {
 
 NcclComm::NcclComm(const ncclUniqueId& id, int rank, int size, std::chrono::milliseconds limit,
                    bool blocking)
-    : rank_(rank), limit_(limit) {
+    : createdBlocking_(blocking), rank_(rank), limit_(limit) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = blocking ? 1 : 0;
+  // Read from the parent at ncclCommSplit: the child blockFromNowOn() makes shares
+  // this communicator's connections instead of making its own.
+  config.splitShare = 1;
   auto lk = lock();
   const ncclResult_t r = ncclCommInitRankConfig(&comm_, size, id, rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
@@ -32,14 +35,43 @@ ncclComm_t NcclComm::get(const std::string& what) const {
     throw PeerError(-1, RC_STR(what, ": the NCCL communicator was aborted after an earlier "
                                      "failure"));
   }
-  return comm_;
+  return steady_ != nullptr ? steady_ : comm_;
 }
 
 ncclResult_t NcclComm::asyncError() {
   if (aborted_.load() || comm_ == nullptr) return ncclSuccess;
   ncclResult_t state = ncclSuccess;
-  const ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+  const ncclResult_t r = ncclCommGetAsyncError(steady_ != nullptr ? steady_ : comm_, &state);
   return r != ncclSuccess ? r : state;
+}
+
+void NcclComm::blockFromNowOn(std::unique_lock<std::mutex>& lk) {
+  if (blocking()) return;
+  const std::string what = RC_STR("splitting a blocking NCCL communicator off the connected one (rank ",
+                                  rank_, "; every rank does at its first CUDA collective)");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 1;
+  ncclComm_t child = nullptr;
+  // Non-blocking like its parent (NCCL runs the split as the parent's job): the
+  // parent's state says when it is done, and `child` is written by NCCL's thread
+  // at the end, so it is read only after that.
+  const ncclResult_t r = ncclCommSplit(get(what), /*color=*/0, /*key=*/rank_, &child, &config);
+  if (r != ncclSuccess && r != ncclInProgress) {
+    abort();
+    throw PeerError(-1, RC_STR(what, ": ncclCommSplit failed: ", ncclGetErrorString(r),
+                               "; communicator aborted"));
+  }
+  waitReady(lk, what, -1);
+  child = __atomic_load_n(&child, __ATOMIC_ACQUIRE);
+  ncclResult_t state = ncclInternalError;
+  if (child == nullptr || ncclCommGetAsyncError(child, &state) != ncclSuccess ||
+      state != ncclSuccess) {
+    if (child != nullptr) ncclCommAbort(child);
+    abort();
+    throw PeerError(-1, RC_STR(what, ": the split communicator is not ready (",
+                               ncclGetErrorString(state), "); communicator aborted"));
+  }
+  steady_ = child;
 }
 
 void NcclComm::waitReady(std::unique_lock<std::mutex>& lk, const std::string& what, int peer,
@@ -76,6 +108,17 @@ void NcclComm::waitReady(std::unique_lock<std::mutex>& lk, const std::string& wh
 
 bool NcclComm::finalize(std::unique_lock<std::mutex>& lk, std::chrono::milliseconds limit) {
   if (aborted_.load() || comm_ == nullptr) return false;
+  if (steady_ != nullptr) {
+    // Blocking: it returns once the child's operations are done. Its callers
+    // (the stream path's orderly end) come here only after every collective
+    // completed, so nothing is left to wait for a peer.
+    if (ncclCommFinalize(steady_) != ncclSuccess) {
+      abort();
+      return false;
+    }
+    ncclCommDestroy(steady_);
+    steady_ = nullptr;
+  }
   const ncclResult_t r = ncclCommFinalize(comm_);
   if (r != ncclSuccess && r != ncclInProgress) {
     abort();
@@ -95,7 +138,10 @@ bool NcclComm::finalize(std::unique_lock<std::mutex>& lk, std::chrono::milliseco
 void NcclComm::abort() {
   if (aborted_.exchange(true) || comm_ == nullptr) return;
   // ncclCommAbort returns once the communicator's resources are gone; it does not
-  // wait for peers, and kernels spinning on a dead peer exit.
+  // wait for peers, and kernels spinning on a dead peer exit. The child first: it
+  // shares the parent's resources (and its abort flag).
+  if (steady_ != nullptr) ncclCommAbort(steady_);
+  steady_ = nullptr;
   ncclCommAbort(comm_);
   comm_ = nullptr;
 }

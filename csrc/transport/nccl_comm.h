@@ -9,9 +9,20 @@
 // releases the lock between polls, so abort() from another thread (the watchdog,
 // ProcessGroup abort()) never waits behind a connection, and a dead or missing
 // peer never holds the caller forever: past the limit the communicator is aborted
-// and the caller gets a PeerError. `blocking` (RINGCOLL_NCCL_BLOCKING) trades that
-// for no NCCL thread per ncclGroupEnd: every call then returns done.
-// No torch here.
+// and the caller gets a PeerError.
+//
+// The price of non-blocking is a thread NCCL starts at every ncclGroupEnd (NCCL
+// 2.28's group.cc: a non-blocking group always launches from a thread of its own),
+// 150-300 us per batch. So once every peer is connected, blockFromNowOn() splits a
+// blocking communicator off this one (ncclCommSplit, itself non-blocking and
+// bounded as above) that shares its resources, among them the point-to-point
+// connections (splitShare: NCCL keeps one send/recv connector per peer for a parent
+// and its sharing children), and every later call goes to it: ncclGroupEnd then
+// launches on the calling thread and returns done, and since nothing is left to
+// connect it never waits for a peer. A peer that dies later shows as an NCCL error
+// or as a transfer that never completes, which the watchdog times out and aborts
+// (both communicators) as before. `blocking` (RINGCOLL_NCCL_BLOCKING=1) makes the
+// communicator blocking from its creation. No torch here.
 #pragma once
 
 #include <nccl.h>
@@ -38,7 +49,8 @@ class NcclComm {
 
   std::unique_lock<std::mutex> lock() { return std::unique_lock<std::mutex>(mutex_); }
 
-  // Under lock(): the handle for an NCCL call; throws PeerError if aborted.
+  // Under lock(): the handle for an NCCL call (the blocking child once split);
+  // throws PeerError if aborted.
   ncclComm_t get(const std::string& what) const;
   // With `lk` (this communicator's lock) held: after a non-blocking call, waits
   // until it is done (ncclSuccess), at most `limit` from now, releasing `lk` between
@@ -53,6 +65,12 @@ class NcclComm {
   void waitReady(std::unique_lock<std::mutex>& lk, const std::string& what, int peer,
                  std::chrono::milliseconds limit);
   static constexpr int kSpinPolls = 200;
+  // With `lk` (this communicator's lock) held, on every rank of the group once its
+  // peers are connected (it is a collective): later calls use a blocking
+  // communicator split off this one, sharing its connections (above). At most the
+  // limit; on failure or timeout both are aborted and it throws PeerError.
+  void blockFromNowOn(std::unique_lock<std::mutex>& lk);
+  bool blocking() const { return steady_ != nullptr || createdBlocking_; }
   // Under lock(): ncclSuccess, ncclInProgress or the error of the last operations.
   ncclResult_t asyncError();
   // Under lock(): aborts (idempotent); kernels stuck in NCCL then exit.
@@ -66,7 +84,12 @@ class NcclComm {
   std::chrono::milliseconds limit() const { return limit_; }
 
  private:
+  // Until blockFromNowOn(), every call goes to comm_; after it, to steady_ (its
+  // blocking child). Both are aborted together, the child first (NCCL frees shared
+  // resources with the last communicator that holds them).
   ncclComm_t comm_ = nullptr;
+  ncclComm_t steady_ = nullptr;
+  const bool createdBlocking_;
   const int rank_;
   const std::chrono::milliseconds limit_;
   std::mutex mutex_;

@@ -67,7 +67,7 @@ def ringcoll_variant(name, algo=None, transport="auto"):
         if not sep or key not in types:
             raise ValueError(f"backend {name!r}: {part!r} is not FIELD=VALUE with FIELD "
                              f"one of {', '.join(types)}")
-        if "bool" in str(types[key]):
+        if "bool" in str(types[key]) and "str" not in str(types[key]):
             fields[key] = value in ("1", "true")
         elif "int" in str(types[key]):
             fields[key] = records.parse_size(value)
