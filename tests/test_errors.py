@@ -136,7 +136,7 @@ def test_knob_defaults_and_options():
                  "RINGCOLL_INLINE_BYTES=0", "RINGCOLL_HOST=h1"):
         assert want in desc, desc
     # The CUDA knobs: defaults, and set through Options.
-    for want in ("RINGCOLL_GPU_CHUNK_BYTES=33554432", "RINGCOLL_BLOCKING_WAIT=0",
+    for want in ("RINGCOLL_GPU_CHUNK_BYTES=8388608", "RINGCOLL_BLOCKING_WAIT=0",
                  "RINGCOLL_ASYNC_ERROR_HANDLING=teardown", "RINGCOLL_GPU_FINGERPRINT=0",
                  "RINGCOLL_NCCL_BLOCKING=connected"):
         assert want in _C.knobs({}), _C.knobs({})

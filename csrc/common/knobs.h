@@ -33,12 +33,19 @@
 //                                                whole elements); at least 64; each
 //                                                shared-memory slot and gloo staging
 //                                                buffer is this size
-//   gpuChunkBytes RINGCOLL_GPU_CHUNK_BYTES 33554432  the same for CUDA tensors (the NCCL
+//   gpuChunkBytes RINGCOLL_GPU_CHUNK_BYTES 8388608  the same for CUDA tensors (the NCCL
 //                                                transport's segment and staging
 //                                                buffer). Larger than the CPU one: each
-//                                                segment is one ncclGroup launch, and a
-//                                                launch costs a round trip, so a ring
-//                                                step up to this size is one launch
+//                                                segment is one ncclGroup launch (about
+//                                                100 us of host time). Not larger: on
+//                                                an H200 (measured, not yet explained;
+//                                                a segment's transfer does wait for the
+//                                                previous one's reduction)
+//                                                8 MiB beat 32 and 128 MiB for
+//                                                reduce-scatter and all-reduce at
+//                                                128 MiB (1.1-1.3x) and matched them at
+//                                                16 MiB (benchmarks/results/
+//                                                gpu-segments-h200-mps.txt)
 //   gpuFingerprint RINGCOLL_GPU_FINGERPRINT 0    1: CUDA collectives carry the header
 //                                                too, in a batch of their own, compared
 //                                                on the device (engine/executor.h); off
@@ -134,7 +141,7 @@ struct Knobs {
   std::string gpuAlgo;  // "" = algo's
   std::string transport = "auto";
   size_t chunkBytes = size_t{1} << 20;
-  size_t gpuChunkBytes = size_t{32} << 20;
+  size_t gpuChunkBytes = size_t{8} << 20;
   bool gpuFingerprint = false;
   // RINGCOLL_NCCL_BLOCKING: 0 | 1 | connected (above).
   enum class NcclBlocking { kNever, kAlways, kOnceConnected };
