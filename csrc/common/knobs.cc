@@ -19,7 +19,7 @@ const std::vector<std::string>& knownNames() {
       "RINGCOLL_INLINE_BYTES", "RINGCOLL_SMALL_BYTES", "RINGCOLL_HOST", "RINGCOLL_DEBUG",
       "RINGCOLL_FINGERPRINT", "RINGCOLL_TRACE", "RINGCOLL_GPU_CHUNK_BYTES",
       "RINGCOLL_BLOCKING_WAIT", "RINGCOLL_ASYNC_ERROR_HANDLING", "RINGCOLL_GPU_FINGERPRINT",
-      "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER", "RINGCOLL_GPU_ALGO",
+      "RINGCOLL_NCCL_BLOCKING", "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER", "RINGCOLL_GPU_ALGO",
       // Read by the build (setup.py) and by Python (ringcoll.model), not by the
       // backend; listed so they are not reported as unknown.
       "RINGCOLL_CUDA", "RINGCOLL_MODEL"};

@@ -47,8 +47,9 @@ ncclResult_t NcclComm::asyncError() {
 
 void NcclComm::blockFromNowOn(std::unique_lock<std::mutex>& lk) {
   if (blocking()) return;
-  const std::string what = RC_STR("splitting a blocking NCCL communicator off the connected one (rank ",
-                                  rank_, "; every rank does at its first CUDA collective)");
+  const std::string what =
+      RC_STR("splitting a blocking NCCL communicator off the connected one (rank ", rank_,
+             "; every rank does at its first CUDA collective)");
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 1;
   ncclComm_t child = nullptr;
@@ -61,15 +62,23 @@ void NcclComm::blockFromNowOn(std::unique_lock<std::mutex>& lk) {
     throw PeerError(-1, RC_STR(what, ": ncclCommSplit failed: ", ncclGetErrorString(r),
                                "; communicator aborted"));
   }
-  waitReady(lk, what, -1);
+  try {
+    waitReady(lk, what, -1);  // aborts the parent on failure or timeout
+  } catch (const PeerError&) {
+    // NCCL writes the child even when its initialisation failed, and the parent's
+    // abort waited for the split's thread: abort the child too, or it keeps the
+    // shared resources (connections, buffers, proxy) alive.
+    ncclComm_t orphan = __atomic_load_n(&child, __ATOMIC_ACQUIRE);
+    if (orphan != nullptr) ncclCommAbort(orphan);
+    throw;
+  }
+  // The split's failures show on the parent (polled above); a child still missing
+  // here would be NCCL not keeping its word.
   child = __atomic_load_n(&child, __ATOMIC_ACQUIRE);
-  ncclResult_t state = ncclInternalError;
-  if (child == nullptr || ncclCommGetAsyncError(child, &state) != ncclSuccess ||
-      state != ncclSuccess) {
-    if (child != nullptr) ncclCommAbort(child);
+  if (child == nullptr) {
     abort();
-    throw PeerError(-1, RC_STR(what, ": the split communicator is not ready (",
-                               ncclGetErrorString(state), "); communicator aborted"));
+    throw PeerError(-1, RC_STR(what, ": ncclCommSplit finished without a communicator; "
+                                     "communicator aborted"));
   }
   steady_ = child;
 }

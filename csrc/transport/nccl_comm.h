@@ -23,6 +23,14 @@
 // or as a transfer that never completes, which the watchdog times out and aborts
 // (both communicators) as before. `blocking` (RINGCOLL_NCCL_BLOCKING=1) makes the
 // communicator blocking from its creation. No torch here.
+//
+// Known risk of a blocking communicator (found in review, not seen on a GPU): its
+// ncclGroupEnd launches on the calling thread, under this lock, and a launch can
+// block when the stream's launch queue is full behind a kernel that waits for a dead
+// peer; abort() then waits for the lock that only the abort would free. It needs the
+// host to run hundreds of launches ahead of a stuck GPU. The way out, for a GPU
+// session: bound the batches in flight before taking the lock, or abort without it
+// (as ProcessGroupNCCL's watchdog does).
 #pragma once
 
 #include <nccl.h>
