@@ -2,6 +2,9 @@
 // torch.distributed, plus pure entry points the tests use to check the schedules
 // and reducers without any process group.
 #include <torch/extension.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <map>
@@ -12,6 +15,7 @@
 #include "backend/backend.h"
 #include "backend/checks.h"
 #include "backend/flight_recorder.h"
+#include "backend/ops.h"
 #include "common/knobs.h"
 #include "engine/collectives.h"
 #include "engine/plan.h"
@@ -343,6 +347,50 @@ at::Tensor cpuScale(const at::Tensor& a, const std::string& how, double value) {
   return out;
 }
 
+// ringcoll.ops.all_reduce_ in eager code (ringcoll/ops.py): the op's body run straight
+// from Python, without torch.ops' argument parsing and the dispatcher's boxed call,
+// which cost more than a small all-reduce itself. Returns False, having done
+// nothing, wherever the dispatcher would do more than run the kernel (a tensor
+// subclass, a mode, autograd: ops.h); the caller then calls the op. `group` is a
+// ProcessGroup. The group last used is remembered by a weak reference (one slot,
+// under the GIL), with its ringcoll backend for that device.
+struct EagerSlot {
+  PyObject* group = nullptr;  // a weakref to the ProcessGroup (owned; never freed at exit)
+  c10::DeviceType device = c10::DeviceType::CPU;
+  c10::weak_intrusive_ptr<RingcollBackend> backend{c10::intrusive_ptr<RingcollBackend>()};
+};
+
+bool allReduceEager(py::handle tensorObj, py::handle group) {
+  HANDLE_TH_ERRORS
+  if (!THPVariable_CheckExact(tensorObj.ptr())) return false;
+  at::Tensor tensor = THPVariable_Unpack(tensorObj.ptr());
+  if (!ringcoll::ops::dispatcherRunsKernelOnly(tensor)) return false;
+  static EagerSlot slot;
+  const c10::DeviceType device = tensor.device().type();
+  c10::intrusive_ptr<RingcollBackend> backend;
+  if (slot.group != nullptr && PyWeakref_GetObject(slot.group) == group.ptr() &&
+      slot.device == device) {
+    backend = slot.backend.lock();
+  }
+  if (!backend) {
+    const std::string name = py::cast<std::string>(group.attr("group_name"));
+    backend = ringcoll::ops::backendOf("ringcoll.ops.all_reduce_", name, device);
+    PyObject* ref = PyWeakref_NewRef(group.ptr(), nullptr);
+    if (ref == nullptr) throw py::error_already_set();
+    Py_XDECREF(slot.group);
+    slot.group = ref;
+    slot.device = device;
+    slot.backend = c10::weak_intrusive_ptr<RingcollBackend>(backend);
+  }
+  {
+    py::gil_scoped_release release;
+    ringcoll::ops::allReduceInPlace(tensor, *backend);
+  }
+  torch::autograd::impl::bump_version(tensor);  // as the op's ADInplaceOrView kernel does (ops.cc)
+  return true;
+  END_HANDLE_TH_ERRORS_PYBIND
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -365,6 +413,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::call_guard<py::gil_scoped_release>());
   // The flight recorder (backend/flight_recorder.h): its dump as bytes, or written
   // to torch's dump file of `global_rank`.
+  m.def("all_reduce_eager", &allReduceEager, py::arg("tensor"), py::arg("group"));
   m.def("flight_recorder_enabled", [] { return ringcoll::FlightRecorder::get().enabled(); });
   m.def("flight_recorder_dump", [](bool onlyActive) {
     return py::bytes(ringcoll::FlightRecorder::get().dump(onlyActive));

@@ -9,6 +9,13 @@ The op is torch.ops.ringcoll.all_reduce_(tensor, group_name) (csrc/backend/ops.c
 the same collective as dist.all_reduce(x, group=...) on a ringcoll group, so the two
 may be mixed as long as every rank makes the same calls in the same order. It has a
 fake implementation, so it runs inside torch.compile(fullgraph=True).
+
+In eager code all_reduce_ first offers the call to _C.all_reduce_eager, which runs
+the op's body straight from Python where torch's dispatcher would do nothing else
+(a plain CPU or CUDA tensor, no mode, subclass or autograd record: csrc/backend/
+ops.h) and bumps the tensor's version as the op does: torch.ops' argument
+parsing and boxed call cost more than a small all-reduce on shared memory. Anything
+else goes through torch.ops.ringcoll.all_reduce_, so modes and subclasses see it.
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ import weakref
 import torch
 import torch.distributed as dist
 
-from . import _C  # noqa: F401 - registers torch.ops.ringcoll
+from . import _C  # registers torch.ops.ringcoll
 
 __all__ = ["all_reduce_"]
 
@@ -31,6 +38,8 @@ __all__ = ["all_reduce_"]
 # its old name, and the op then says that the name resolves to nothing.
 _op = torch.ops.ringcoll.all_reduce_.default
 _last = (lambda: None, "")
+_eager = _C.all_reduce_eager
+_c10d = dist.distributed_c10d
 
 
 def _group_name(group) -> str:
@@ -52,5 +61,9 @@ def all_reduce_(tensor: torch.Tensor, group=None) -> torch.Tensor:
     """Sums `tensor` over `group` (default: the default group) in place and returns it.
     The group's backend for the tensor's device must be ringcoll; dtypes are those
     dist.all_reduce takes on ringcoll (others raise, naming the dtype)."""
+    if not torch.compiler.is_compiling():
+        g = _c10d._world.default_pg if group is None else group
+        if g is not None and _eager(tensor, g):
+            return tensor
     _op(tensor, _group_name(group))
     return tensor

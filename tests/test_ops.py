@@ -59,6 +59,93 @@ def test_op_matches_gloo_and_the_exact_sum(p):
     mp.run_checks(p, eager_matches)
 
 
+class _Logged(torch.Tensor):
+    """A tensor subclass whose __torch_function__ notes every function it sees."""
+    seen: list = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.seen.append(str(func))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def two_paths(rank, p):
+    """In eager code all_reduce_ skips torch's dispatcher only where the dispatcher
+    would do nothing but run the kernel (ringcoll/ops.py, _C.all_reduce_eager): a mode,
+    a subclass, autograd, inference mode or a conjugate view go through the op, and
+    both ways give the exact sum and bump the version once."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Recorder(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    f = []
+    total = float(p * (p + 1) // 2)
+    group = dist.group.WORLD
+
+    def one(label, make, eager, around=None, want_seen=None):
+        x = make()
+        # Whether the eager entry takes it; one that does reduces the probe on every
+        # rank alike.
+        probe = make()
+        with (around() if around else _nothing()) as ctx:
+            took = ringcoll._C.all_reduce_eager(probe, group)
+            v = None if x.is_inference() else x._version  # inference tensors have none
+            out = ringcoll.ops.all_reduce_(x)
+        if took != eager:
+            f.append(f"{label}: eager entry took it: {took}, expected {eager}")
+        if out is not x:
+            f.append(f"{label}: does not return its argument")
+        got = torch.view_as_real(x.resolve_conj()) if x.is_complex() else x.detach()
+        want = torch.full_like(got, total)
+        if not torch.equal(got, want):
+            f.append(f"{label}: {got.tolist()} != {want.tolist()}")
+        if v is not None and x._version != v + 1:
+            f.append(f"{label}: version {v} -> {x._version}, expected one bump")
+        if want_seen is not None and want_seen not in ctx.seen:
+            f.append(f"{label}: {want_seen} not seen: {ctx.seen}")
+
+    def ones(**kw):
+        return lambda: torch.full((3,), float(rank + 1), **kw)
+
+    one("plain", ones(), True)
+    one("dispatch mode", ones(), False, Recorder, "ringcoll.all_reduce_.default")
+    one("no grad", ones(requires_grad=True), True, torch.no_grad)
+    with torch.inference_mode():
+        one("inference mode", ones(), False)
+    conj = lambda: torch.full((3,), complex(rank + 1, -(rank + 1))).conj()  # noqa: E731
+    one("conjugate view", conj, False)
+
+    _Logged.seen = []
+    y = torch.full((3,), float(rank + 1)).as_subclass(_Logged)
+    if ringcoll._C.all_reduce_eager(y, group):
+        f.append("subclass: eager entry took it")
+    ringcoll.ops.all_reduce_(y)
+    if not any("all_reduce_" in s for s in _Logged.seen):
+        f.append(f"subclass: __torch_function__ did not see the op: {_Logged.seen}")
+    if not torch.equal(y.as_subclass(torch.Tensor), torch.full((3,), total)):
+        f.append(f"subclass: {y.tolist()}")
+    return f
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_eager_entry_and_the_dispatcher_agree():
+    mp.run_checks(3, two_paths)
+
+
 def compiled_matches(rank, p, backend):
     @torch.compile(fullgraph=True, backend=backend)
     def step(x):
