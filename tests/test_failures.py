@@ -391,4 +391,4 @@ def test_a_named_algorithm_on_some_ranks_is_refused_naming_it():
         part = text.split(f"--- rank {rank} ---")[1].split("--- rank")[0]
         assert "ranks must use the same knobs" in part, part
         assert "RINGCOLL_SMALL_BYTES=0 (off: RINGCOLL_ALGO is set)" in part, part
-        assert "RINGCOLL_SMALL_BYTES=16384" in part, part
+        assert "RINGCOLL_SMALL_BYTES=65536" in part, part

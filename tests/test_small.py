@@ -7,7 +7,7 @@ collectives, and ranks that disagree (one in a small collective, the other in a
 scheduled one) raising on both sides naming both calls.
 
 The rest of the suite runs them too: every one of these collectives of the default
-algorithm up to 16 KiB on shared memory is a small one (test_collectives,
+algorithm up to 64 KiB on shared memory is a small one (test_collectives,
 test_failures, test_errors, test_ops, test_ddp)."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import torch.distributed as dist
 import ringcoll
 from tests import cases, mp
 
-LIMIT = 16384  # RINGCOLL_SMALL_BYTES's default
+LIMIT = 65536  # RINGCOLL_SMALL_BYTES's default
 
 
 def _capture_stderr(path):

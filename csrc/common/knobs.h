@@ -90,7 +90,7 @@
 //   inlineBytes  RINGCOLL_INLINE_BYTES  262144   CPU collectives up to this size run on
 //                                                the calling thread when nothing else is
 //                                                queued (no thread hand-off); 0: never
-//   smallBytes   RINGCOLL_SMALL_BYTES   16384    CPU all-reduces, reduce-scatters,
+//   smallBytes   RINGCOLL_SMALL_BYTES   65536    CPU all-reduces, reduce-scatters,
 //                                                all-gathers and broadcasts whose buffer
 //                                                is up to this size (PREMUL_SUM
 //                                                excepted) run as small collectives
@@ -149,7 +149,7 @@ struct Knobs {
   bool blockingWait = false;
   std::string asyncErrorHandling = "teardown";
   size_t inlineBytes = size_t{256} << 10;
-  size_t smallBytes = size_t{16} << 10;
+  size_t smallBytes = size_t{64} << 10;
   bool algoSet = false;  // RINGCOLL_ALGO was given (environment or override)
   uint32_t streamDelayUs = 0;
   size_t streamFailAfter = 0;
