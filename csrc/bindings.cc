@@ -16,6 +16,7 @@
 #include "backend/checks.h"
 #include "backend/flight_recorder.h"
 #include "backend/ops.h"
+#include "backend/work.h"
 #include "common/knobs.h"
 #include "engine/collectives.h"
 #include "engine/plan.h"
@@ -405,6 +406,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("links", &RingcollBackend::links,
                              "The CPU transport of each peer's link (\"shm\", \"gloo\"; "
                              "\"\" for this rank).");
+
+  // Registered so that pybind11 finds a returned Work's own type at its first look:
+  // an unregistered subclass costs a failed search of every type table (about a
+  // tenth of a small dist.all_reduce) before it falls back to c10d's Work.
+  py::class_<ringcoll::RingcollWork, c10d::Work, c10::intrusive_ptr<ringcoll::RingcollWork>>(
+      m, "RingcollWork");
 
   m.def("create_backend", &createBackend, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout_seconds"), py::arg("p2p"),
