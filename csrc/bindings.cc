@@ -352,36 +352,57 @@ at::Tensor cpuScale(const at::Tensor& a, const std::string& how, double value) {
 // from Python, without torch.ops' argument parsing and the dispatcher's boxed call,
 // which cost more than a small all-reduce itself. Returns False, having done
 // nothing, wherever the dispatcher would do more than run the kernel (a tensor
-// subclass, a mode, autograd: ops.h); the caller then calls the op. `group` is a
-// ProcessGroup. The group last used is remembered by a weak reference (one slot,
-// under the GIL), with its ringcoll backend for that device.
+// subclass, a mode, autograd, the profiler: ops.h); the caller then calls the op.
+// `group` is a ProcessGroup. The group last used is remembered (one slot, under the
+// GIL) by a weak reference whose callback empties the slot, with its ringcoll
+// backend for that device held strongly: the group holds it anyway while it lives,
+// and a c10 weak pointer would put off the backend's destructor.
 struct EagerSlot {
   PyObject* group = nullptr;  // a weakref to the ProcessGroup (owned; never freed at exit)
   c10::DeviceType device = c10::DeviceType::CPU;
-  c10::weak_intrusive_ptr<RingcollBackend> backend{c10::intrusive_ptr<RingcollBackend>()};
+  c10::intrusive_ptr<RingcollBackend> backend;
 };
+EagerSlot* eagerSlot() {
+  static auto* slot = new EagerSlot();  // never destroyed: no teardown after Python's
+  return slot;
+}
+
+// The weakref's callback: the group died, so the slot forgets it and its backend.
+PyObject* forgetEagerGroup(PyObject*, PyObject* ref) {
+  EagerSlot& slot = *eagerSlot();
+  if (slot.group == ref) {
+    slot.backend.reset();
+    slot.group = nullptr;
+    Py_DECREF(ref);
+  }
+  Py_RETURN_NONE;
+}
+PyMethodDef forgetEagerGroupDef{"_forget_eager_group", forgetEagerGroup, METH_O, nullptr};
 
 bool allReduceEager(py::handle tensorObj, py::handle group) {
   HANDLE_TH_ERRORS
   if (!THPVariable_CheckExact(tensorObj.ptr())) return false;
   at::Tensor tensor = THPVariable_Unpack(tensorObj.ptr());
   if (!ringcoll::ops::dispatcherRunsKernelOnly(tensor)) return false;
-  static EagerSlot slot;
+  EagerSlot& slot = *eagerSlot();
   const c10::DeviceType device = tensor.device().type();
   c10::intrusive_ptr<RingcollBackend> backend;
-  if (slot.group != nullptr && PyWeakref_GetObject(slot.group) == group.ptr() &&
-      slot.device == device) {
-    backend = slot.backend.lock();
+  if (slot.group != nullptr && group.ptr() != Py_None &&
+      PyWeakref_GetObject(slot.group) == group.ptr() && slot.device == device) {
+    backend = slot.backend;
   }
   if (!backend) {
     const std::string name = py::cast<std::string>(group.attr("group_name"));
     backend = ringcoll::ops::backendOf("ringcoll.ops.all_reduce_", name, device);
-    PyObject* ref = PyWeakref_NewRef(group.ptr(), nullptr);
+    static PyObject* forget = PyCFunction_New(&forgetEagerGroupDef, nullptr);
+    if (forget == nullptr) throw py::error_already_set();
+    PyObject* ref = PyWeakref_NewRef(group.ptr(), forget);
     if (ref == nullptr) throw py::error_already_set();
-    Py_XDECREF(slot.group);
+    PyObject* old = slot.group;
     slot.group = ref;
     slot.device = device;
-    slot.backend = c10::weak_intrusive_ptr<RingcollBackend>(backend);
+    slot.backend = backend;
+    Py_XDECREF(old);
   }
   {
     py::gil_scoped_release release;
@@ -410,8 +431,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // Registered so that pybind11 finds a returned Work's own type at its first look:
   // an unregistered subclass costs a failed search of every type table (about a
   // tenth of a small dist.all_reduce) before it falls back to c10d's Work.
+  // Freed without the GIL, as torch frees its Work.
   py::class_<ringcoll::RingcollWork, c10d::Work, c10::intrusive_ptr<ringcoll::RingcollWork>>(
-      m, "RingcollWork");
+      m, "RingcollWork", py::release_gil_before_calling_cpp_dtor());
 
   m.def("create_backend", &createBackend, py::arg("store"), py::arg("rank"),
         py::arg("size"), py::arg("timeout_seconds"), py::arg("p2p"),

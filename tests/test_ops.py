@@ -119,6 +119,24 @@ def two_paths(rank, p):
     one("no grad", ones(requires_grad=True), True, torch.no_grad)
     with torch.inference_mode():
         one("inference mode", ones(), False)
+    def made_in_inference():
+        with torch.inference_mode():
+            return torch.full((3,), float(rank + 1))
+
+    one("inference tensor outside the mode", made_in_inference, False)
+
+    class Profiled:
+        def __enter__(self):
+            self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            self.prof.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            self.prof.__exit__(*exc)
+            self.seen = [e.name for e in self.prof.events()]
+            return False
+
+    one("profiler", ones(), False, Profiled, "ringcoll::all_reduce_")
     conj = lambda: torch.full((3,), complex(rank + 1, -(rank + 1))).conj()  # noqa: E731
     one("conjugate view", conj, False)
 

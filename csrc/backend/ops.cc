@@ -17,6 +17,7 @@
 #include <vector>
 
 #include <ATen/PythonTorchFunctionTLS.h>
+#include <ATen/record_function.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
@@ -65,6 +66,8 @@ bool dispatcherRunsKernelOnly(const at::Tensor& tensor) {
                                    c10::DispatchKeySet(c10::DispatchKey::BackendSelect);
   const c10::DispatchKey first = keys.highestPriorityTypeId();
   if (first != c10::DispatchKey::CPU && first != c10::DispatchKey::CUDA) return false;
+  // The profiler records the op's call from the dispatcher; ringcoll records none.
+  if (at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value()) return false;
   return !c10::impl::TorchDispatchModeTLS::any_modes_set() &&
          !at::impl::torch_function_mode_enabled();
 }
@@ -87,7 +90,9 @@ void allReduceBumpingVersion(at::Tensor& tensor, const std::string& groupName) {
     at::AutoDispatchBelowADInplaceOrView below;
     op.call(tensor, groupName);
   }
-  torch::autograd::increment_version(tensor);
+  // An inference tensor has no version (reduced outside inference mode, it still
+  // reaches this kernel: the thread includes ADInplaceOrView).
+  if (!tensor.is_inference()) torch::autograd::increment_version(tensor);
 }
 
 }  // namespace
