@@ -440,9 +440,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("overrides") = std::map<std::string, std::string>{}, py::arg("group") = "",
         py::arg("global_ranks") = std::vector<int64_t>{},
         py::call_guard<py::gil_scoped_release>());
+  m.def("all_reduce_eager", &allReduceEager, py::arg("tensor"), py::arg("group"));
   // The flight recorder (backend/flight_recorder.h): its dump as bytes, or written
   // to torch's dump file of `global_rank`.
-  m.def("all_reduce_eager", &allReduceEager, py::arg("tensor"), py::arg("group"));
   m.def("flight_recorder_enabled", [] { return ringcoll::FlightRecorder::get().enabled(); });
   m.def("flight_recorder_dump", [](bool onlyActive) {
     return py::bytes(ringcoll::FlightRecorder::get().dump(onlyActive));

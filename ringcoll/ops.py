@@ -20,8 +20,6 @@ else goes through torch.ops.ringcoll.all_reduce_, so modes and subclasses see it
 
 from __future__ import annotations
 
-import weakref
-
 import torch
 import torch.distributed as dist
 
@@ -30,31 +28,18 @@ from . import _C  # registers torch.ops.ringcoll
 __all__ = ["all_reduce_"]
 
 
-# The op itself (not its overload packet, whose __call__ costs about 0.5 us more), and
-# the last group resolved with its name: group.group_name and the default group's
-# lookup cost about 0.6 us per call, a seventh of a small call at p = 1. One slot, by
-# identity, through a weak reference (the slot must not keep a destroyed group, and
-# its backend's shared memory and threads, alive): a destroyed group's object keeps
-# its old name, and the op then says that the name resolves to nothing.
+# The op itself (not its overload packet, whose __call__ costs about 0.5 us more); the
+# eager entry remembers the last group itself (csrc/bindings.cc), so the op's route,
+# taken by modes, subclasses and compiled code, looks the group's name up each call.
 _op = torch.ops.ringcoll.all_reduce_.default
-_last = (lambda: None, "")
 _eager = _C.all_reduce_eager
 _c10d = dist.distributed_c10d
 
 
 def _group_name(group) -> str:
-    global _last
-    if torch.compiler.is_compiling():  # traced: no module state
-        if group is None or group is dist.group.WORLD:
-            group = dist.distributed_c10d._get_default_group()
-        return group.group_name
-    if group is None:
-        group = dist.group.WORLD
-        if group is None:
-            group = dist.distributed_c10d._get_default_group()  # raises: not initialized
-    if _last[0]() is not group:
-        _last = (weakref.ref(group), group.group_name)
-    return _last[1]
+    if group is None or group is dist.group.WORLD:
+        group = _c10d._get_default_group()  # raises when not initialized
+    return group.group_name
 
 
 def all_reduce_(tensor: torch.Tensor, group=None) -> torch.Tensor:

@@ -209,7 +209,7 @@ def test_refused_dtypes_and_groups_raise_on_every_rank():
 
 
 def forgets_groups(rank, p):
-    """The op remembers the last group it resolved (ringcoll/ops.py), but not past
+    """The op remembers the last group it resolved (csrc/bindings.cc), but not past
     the group's destruction: the object is freed with its last user reference."""
     import gc
     import weakref

@@ -82,13 +82,14 @@ void allReduceKernel(at::Tensor& tensor, const std::string& groupName) {
 // The op writes its argument, so it bumps the tensor's version as torch's own in-place
 // ops do (autograd then refuses a backward through a value it overwrote); torch
 // registers no such step for an op defined here. The eager entry does the same.
-void allReduceBumpingVersion(at::Tensor& tensor, const std::string& groupName) {
+void allReduceBumpingVersion(c10::DispatchKeySet keys, at::Tensor& tensor,
+                             const std::string& groupName) {
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("ringcoll::all_reduce_", "")
                              .typed<void(at::Tensor&, const std::string&)>();
   {
     at::AutoDispatchBelowADInplaceOrView below;
-    op.call(tensor, groupName);
+    op.redispatch(keys & c10::after_ADInplaceOrView_keyset, tensor, groupName);
   }
   // An inference tensor has no version (reduced outside inference mode, it still
   // reaches this kernel: the thread includes ADInplaceOrView).

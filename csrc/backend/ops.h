@@ -28,8 +28,8 @@ void allReduceInPlace(at::Tensor& tensor, RingcollBackend& backend);
 // CPU or CUDA kernel: a dense CPU or CUDA tensor with no Python, functionalization,
 // conjugate or negative-view key, no dispatch mode, torch-function mode or
 // thread-local key pushed (autocast, tracing), no profiler recording, not an
-// inference tensor, and no
-// autograd record to make (grad mode off or no grad required). The caller also
+// inference tensor, and no autograd record to make (grad mode off or no grad
+// required). The caller also
 // bumps the tensor's version, as the op's ADInplaceOrView kernel does.
 bool dispatcherRunsKernelOnly(const at::Tensor& tensor);
 
