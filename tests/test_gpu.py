@@ -456,6 +456,50 @@ def test_gpu_avg_against_nccl(p):
         assert not f, f"rank {r}:\n" + "\n".join(f)
 
 
+def gpu_op(rank, p):
+    """ringcoll.ops.all_reduce_ on CUDA tensors, by each route: the eager entry, the
+    dispatcher's (torch.ops.ringcoll.all_reduce_, as modes and compiled code reach it),
+    and the eager entry on a side stream whose input was written on that stream just
+    before. Exact, equal to NCCL's all-reduce, and the result ordered before what the
+    caller's stream does next."""
+    import ringcoll.ops
+
+    _set_device(rank)
+    nccl = dist.new_group(backend="nccl")
+    name = dist.distributed_c10d._get_default_group().group_name
+    side = torch.cuda.Stream()
+    f = []
+    for dtype in sorted(NCCL_DTYPES, key=str):
+        for n in cases.counts(p, large=(1 << 20) + 3):
+            inputs = [cases.make_input(r, n, dtype, "SUM", p) for r in range(p)]
+            want = cases.reference(inputs, "SUM", dtype, p)
+            ref = inputs[rank].cuda()
+            dist.all_reduce(ref, group=nccl)
+            for route in ("eager", "dispatcher", "side stream"):
+                x = inputs[rank].cuda()
+                if route == "eager":
+                    if ringcoll.ops.all_reduce_(x) is not x:
+                        f.append("all_reduce_ does not return its argument")
+                elif route == "dispatcher":
+                    torch.ops.ringcoll.all_reduce_.default(x, name)
+                else:
+                    src, x = x, torch.empty_like(x)
+                    side.wait_stream(torch.cuda.current_stream())
+                    with torch.cuda.stream(side):
+                        x.copy_(src)
+                        ringcoll.ops.all_reduce_(x)
+                        x.add_(0)  # read on the side stream, after the op
+                    torch.cuda.current_stream().wait_stream(side)
+                cases.check_same(f, f"{route} {dtype} n={n}", x.cpu(), want, ref.cpu())
+    return f
+
+
+@pytest.mark.parametrize("p", WORLDS)
+def test_gpu_op_matches_nccl(p):
+    for r, f in enumerate(gpu_world(p, gpu_op)):
+        assert not f, f"rank {r}:\n" + "\n".join(f[:40])
+
+
 def gpu_stress(rank, p, ops):
     """`ops` async all-reduces issued on a side stream, waited for at the end."""
     _set_device(rank)
