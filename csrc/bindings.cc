@@ -32,6 +32,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <nccl.h>
 
+#include "common/cuda_check.h"
 #include "reduce/cuda_reducer.h"
 #endif
 
@@ -307,8 +308,11 @@ at::Tensor cpuCopy(const at::Tensor& src, at::Tensor out, bool streaming,
 #ifdef RINGCOLL_WITH_CUDA
 // dst = op(a, b) with the CUDA kernels on the current stream, for kernel tests.
 // a, b and the result may be views at any offset (to reach the unaligned paths).
+// stopWord: the kernel reads a stop word in host-mapped memory, as a collective's
+// kernels do (CudaReducer's DeviceControl; never set here), so benchmarks/kernel_bw.py
+// can show what that read costs.
 at::Tensor cudaReduce(const at::Tensor& a, const at::Tensor& b, const std::string& opName,
-                      at::Tensor out) {
+                      at::Tensor out, bool stopWord) {
   auto it = opNames().find(opName);
   TORCH_CHECK(it != opNames().end(), "unknown op ", opName);
   const auto dtype = ringcoll::checks::tensorDType("cuda_reduce", a, "a");
@@ -317,9 +321,22 @@ at::Tensor cudaReduce(const at::Tensor& a, const at::Tensor& b, const std::strin
                   a.numel() == b.numel() && a.numel() == out.numel(),
               "cuda_reduce: contiguous tensors of equal numel");
   c10::cuda::CUDAGuard guard(a.device());
+  const volatile int* stop = nullptr;
+  if (stopWord) {
+    // One zeroed word for the process, mapped like CudaReducer's (kept to the end).
+    static const volatile int* word = [] {
+      void* host = nullptr;
+      void* dev = nullptr;
+      RC_CUDA_CHECK(cudaHostAlloc(&host, sizeof(int), cudaHostAllocMapped));
+      *static_cast<int*>(host) = 0;
+      RC_CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));
+      return static_cast<const volatile int*>(dev);
+    }();
+    stop = word;
+  }
   const cudaError_t err = ringcoll::launchReduce(
       out.data_ptr(), a.data_ptr(), b.data_ptr(), a.numel(), dtype, it->second,
-      c10::cuda::getCurrentCUDAStream(a.device().index()).stream());
+      c10::cuda::getCurrentCUDAStream(a.device().index()).stream(), stop);
   TORCH_CHECK(err == cudaSuccess, "cuda_reduce: ", cudaGetErrorString(err));
   return out;
 }
@@ -502,7 +519,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("cpu_copy", &cpuCopy, py::arg("src"), py::arg("out"), py::arg("streaming"),
         py::arg("level") = "auto");
 #ifdef RINGCOLL_WITH_CUDA
-  m.def("cuda_reduce", &cudaReduce, py::arg("a"), py::arg("b"), py::arg("op"), py::arg("out"));
+  m.def("cuda_reduce", &cudaReduce, py::arg("a"), py::arg("b"), py::arg("op"), py::arg("out"),
+        py::arg("stop_word") = false);
   m.def("cuda_scale", &cudaScale);
 #endif
   m.def("cpu_scale", &cpuScale);

@@ -6,7 +6,8 @@
 # NCCL and NCCL Ring (--share-gpu on one GPU; ringcoll's default algorithm and auto,
 # 8 B-128 MiB and 256 MiB), the reduce kernel against torch.add
 # (benchmarks/kernel_bw.py) and the host cost of a small all-reduce against NCCL's
-# (benchmarks/gpu_host_cost.py, with each RINGCOLL_NCCL_BLOCKING: connected, 0, 1).
+# (benchmarks/gpu_host_cost.py, with each RINGCOLL_NCCL_BLOCKING: connected, 0, 1),
+# and the device-side profile of a 16 MiB collective (benchmarks/gpu_profile.py).
 #
 #   bash tests/run_gpu.sh [--bench] [--sanitize] [pytest args...]
 #
@@ -88,6 +89,8 @@ if [ "$BENCH" = 1 ]; then
   timeout ${GPU_BENCH_LIMIT_S:-1800} $B --nproc 2,4 -b 256M -e 256M \
     --json "$OUT/bench256.json" 2>&1 | tee "$OUT/bench256.txt" || rc=$?
   timeout 120 "$PY" benchmarks/kernel_bw.py 2>&1 | tee "$OUT/kernel_bw.txt" || rc=$?
+  timeout 120 "$PY" benchmarks/gpu_profile.py --out "$OUT/profile" > "$OUT/profile.txt" 2>&1 \
+    || rc=$?
   for blocking in connected 0 1; do
     RINGCOLL_NCCL_BLOCKING=$blocking timeout 120 "$PY" benchmarks/gpu_host_cost.py \
       2>&1 | tee "$OUT/host_cost_nccl_blocking$blocking.txt" || rc=$?
