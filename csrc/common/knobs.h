@@ -87,9 +87,17 @@
 //                                                does, so no wrong result is used;
 //                                                raise: fail the Work and raise at the
 //                                                next call on the group
-//   inlineBytes  RINGCOLL_INLINE_BYTES  262144   CPU collectives up to this size run on
+//   inlineBytes  RINGCOLL_INLINE_BYTES  2097152  CPU collectives up to this size run on
 //                                                the calling thread when nothing else is
-//                                                queued (no thread hand-off); 0: never
+//                                                queued (no thread hand-off; a late peer
+//                                                hands them to the worker after 2 ms);
+//                                                0: never. 2 MiB, not 256 KiB: with 2 and
+//                                                4 ranks on 2 cores, same run, 512 KiB-
+//                                                2 MiB all-reduce, reduce-scatter and
+//                                                all-gather ran faster without the
+//                                                hand-off and the wake-up back; at 4 MiB
+//                                                and p = 2 not always
+//                                                (benchmarks/results/inline-bytes-cpu.txt)
 //   smallBytes   RINGCOLL_SMALL_BYTES   65536    CPU all-reduces, reduce-scatters,
 //                                                all-gathers and broadcasts whose buffer
 //                                                is up to this size (PREMUL_SUM
@@ -148,7 +156,7 @@ struct Knobs {
   NcclBlocking ncclBlocking = NcclBlocking::kOnceConnected;
   bool blockingWait = false;
   std::string asyncErrorHandling = "teardown";
-  size_t inlineBytes = size_t{256} << 10;
+  size_t inlineBytes = size_t{2} << 20;
   size_t smallBytes = size_t{64} << 10;
   bool algoSet = false;  // RINGCOLL_ALGO was given (environment or override)
   uint32_t streamDelayUs = 0;
