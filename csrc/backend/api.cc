@@ -81,7 +81,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
                   return Staged{algo::allreduce(*a, params(flat.numel()),
                                                 flat.data_ptr(), dtype, red, ex.reducer()),
                                 std::move(finish)};
-                });
+                },
+                opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(
@@ -150,7 +151,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce(std::vector<at::Tensor>& 
                                 [t, flat, isRoot]() mutable {
                                   if (isRoot) writeBack(t, flat);
                                 }};
-                });
+                },
+                opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
@@ -179,7 +181,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
                                                 params(flat.numel() * elementSize(dtype), root),
                                                 flat.data_ptr()),
                                 std::move(finish)};
-                });
+                },
+                opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::_allgather_base(
@@ -219,7 +222,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_allgather_base(
                     flat.narrow(0, mine.begin, mine.size()).copy_(in.reshape({-1}));
                   };
                   return Staged{std::move(job), [out, flat]() mutable { writeBack(out, flat); }};
-                });
+                },
+                opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
@@ -257,7 +261,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
                   return Staged{algo::allgather(*a, params(flat.numel()),
                                                 flat.data_ptr(), dtype),
                                 unpack};
-                });
+                },
+                opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
@@ -292,7 +297,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
                   at::Tensor work = workspace(in.numel(), in).copy_(in.reshape({-1}));
                   return reduceScatterInto(out, work, *a, params(work.numel()), dtype,
                                            red, ex.reducer());
-                });
+                },
+                opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
@@ -326,7 +332,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
                   }
                   return reduceScatterInto(out, work, *a, params(work.numel()), dtype,
                                            red, ex.reducer());
-                });
+                },
+                opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::barrier(const c10d::BarrierOptions& opts) {
@@ -340,7 +347,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::barrier(const c10d::BarrierOptio
                   at::Tensor scratch = at::zeros({getSize()}, at::kByte);
                   return Staged{algo::barrier(*a, params(0), scratch.data_ptr()),
                                 [scratch] {}};
-                });
+                },
+                opts.asyncOp);
 }
 
 }  // namespace ringcoll

@@ -62,7 +62,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::gather(
                                     writeBack(outs[i], flats[i]);
                                   }
                                 }};
-                });
+                },
+                opts.asyncOp);
 }
 
 #ifdef RINGCOLL_C10D_SINGLE_NAMES
@@ -139,7 +140,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::scatter(
                   return Staged{std::move(job), [out, flats, mine]() mutable {
                                   writeBack(out, mine);
                                 }};
-                });
+                },
+                opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall_base(
@@ -170,7 +172,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall_base(
                       *a, params(0), dtype, blocksOf<const void*>(i, sendCounts), sendCounts,
                       blocksOf<void*>(o, recvCounts), recvCounts, ex.reducer());
                   return Staged{std::move(job), [out, o, i]() mutable { writeBack(out, o); }};
-                });
+                },
+                opts.asyncOp);
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall(std::vector<at::Tensor>& outputs,
@@ -235,7 +238,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall(std::vector<at::Tensor>
                                     writeBack(outs[j], os[j]);
                                   }
                                 }};
-                });
+                },
+                opts.asyncOp);
 }
 
 }  // namespace ringcoll

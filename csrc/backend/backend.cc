@@ -31,6 +31,9 @@ using Clock = std::chrono::steady_clock;
 // is handed to the worker, so that async_op=True returns promptly when a peer is
 // late; an on-time small collective finishes well within it.
 constexpr auto kInlineBudget = std::chrono::milliseconds(2);
+// The most an async_op=True CPU collective runs on the calling thread (launchCpu): up
+// to here a hand-off to the worker and the wake-up back cost about what the call does.
+constexpr size_t kAsyncInlineBytes = size_t{256} << 10;
 
 // Point-to-point's gloo lanes wait this long for one message: a peer may send
 // nothing for hours, and a lane that timed out would close the gloo pair the
@@ -349,7 +352,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
                                                        std::vector<at::Tensor> outputs,
                                                        size_t bytes,
                                                        std::chrono::milliseconds timeout,
-                                                       Body body) {
+                                                       Body body, bool async) {
   const uint64_t seq = ++seq_;
   const CallLabel label{op, seq, getRank(), getSize()};
   throwIfStopped(label);
@@ -390,7 +393,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
     return work;
   }
   auto work = launchCpu(type, op, label, seq, fp, std::move(outputs), bytes, timeout,
-                        std::move(body), fr);
+                        std::move(body), fr, async);
   noteCoalesced(work);
   return work;
 }
@@ -427,7 +430,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, con
                                                           std::vector<at::Tensor> outputs,
                                                           size_t bytes,
                                                           std::chrono::milliseconds timeout,
-                                                          Body body, int64_t fr) {
+                                                          Body body, int64_t fr, bool async) {
   // stop() frees the worker and the executor only once no launch holds this.
   std::shared_lock<std::shared_mutex> lock(cpuMutex_);
   throwIfStopped(label);
@@ -453,8 +456,13 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, con
     runCpu(*task, std::chrono::nanoseconds(0));
     return task->work;
   }
-  // Small and nothing ahead of it: run here, no hand-off to the worker and back.
-  if (bytes <= knobs_.inlineBytes && worker_->tryClaim()) {
+  // Small and nothing ahead of it: run here, no hand-off to the worker and back. A
+  // blocking call gains nothing from the worker up to RINGCOLL_INLINE_BYTES; an
+  // async_op=True one runs here only up to kAsyncInlineBytes, so that a larger one
+  // returns at once and overlaps the caller's work (DDP's buckets, prefetches).
+  const size_t inlineLimit =
+      async ? std::min(knobs_.inlineBytes, kAsyncInlineBytes) : knobs_.inlineBytes;
+  if (bytes <= inlineLimit && worker_->tryClaim()) {
     if (runCpu(*task, kInlineBudget)) {
       worker_->release();
     } else {

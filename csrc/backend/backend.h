@@ -224,18 +224,20 @@ class RingcollBackend final : public c10d::Backend {
   // Runs `body` on the path of the tensors' device: the CPU executor (shared memory
   // and gloo transports, CPU reducer) or the CUDA path (NCCL transport, CUDA
   // kernels, comm stream). `inputs` and `outputs` are the user's tensors; `bytes`,
-  // the size of the collective's buffer, decides whether it may run inline.
+  // the size of the collective's buffer, and `async` (the caller's async_op, as c10d
+  // passes it in the options) decide whether it may run inline (launchCpu).
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const char* op,
                                         algo::Fingerprint fp,
                                         const std::vector<at::Tensor>& inputs,
                                         std::vector<at::Tensor> outputs, size_t bytes,
-                                        std::chrono::milliseconds timeout, Body body);
+                                        std::chrono::milliseconds timeout, Body body,
+                                        bool async = true);
   c10::intrusive_ptr<c10d::Work> launchCpu(c10d::OpType type, const char* op,
                                            const CallLabel& label,
                                            uint64_t seq, algo::Fingerprint fp,
                                            std::vector<at::Tensor> outputs,
                                            size_t bytes, std::chrono::milliseconds timeout,
-                                           Body body, int64_t fr);
+                                           Body body, int64_t fr, bool async);
   // Starts or resumes a CPU task; false if `budget` ran out first (it can be
   // resumed). kForever: until it ends.
   static constexpr std::chrono::nanoseconds kForever = std::chrono::nanoseconds::max();

@@ -49,7 +49,9 @@ c10::intrusive_ptr<RingcollBackend> backendOf(const char* op, const std::string&
 
 void allReduceInPlace(at::Tensor& tensor, RingcollBackend& backend) {
   std::vector<at::Tensor> tensors{tensor};
-  backend.allreduce(tensors, c10d::AllreduceOptions())->wait();
+  c10d::AllreduceOptions opts;
+  opts.asyncOp = false;  // waited for at once: it may run inline up to RINGCOLL_INLINE_BYTES
+  backend.allreduce(tensors, opts)->wait();
 }
 
 bool dispatcherRunsKernelOnly(const at::Tensor& tensor) {

@@ -87,17 +87,15 @@
 //                                                does, so no wrong result is used;
 //                                                raise: fail the Work and raise at the
 //                                                next call on the group
-//   inlineBytes  RINGCOLL_INLINE_BYTES  2097152  CPU collectives up to this size run on
-//                                                the calling thread when nothing else is
-//                                                queued (no thread hand-off; a late peer
-//                                                hands them to the worker after 2 ms);
-//                                                0: never. 2 MiB, not 256 KiB: with 2 and
-//                                                4 ranks on 2 cores, same run, 512 KiB-
-//                                                2 MiB all-reduce, reduce-scatter and
-//                                                all-gather ran faster without the
-//                                                hand-off and the wake-up back; at 4 MiB
-//                                                and p = 2 not always
-//                                                (benchmarks/results/inline-bytes-cpu.txt)
+//   inlineBytes  RINGCOLL_INLINE_BYTES  2097152  blocking CPU collectives up to this
+//                                                size run on the calling thread when
+//                                                nothing else is queued (no thread
+//                                                hand-off; a late peer hands them to the
+//                                                worker after 2 ms); async_op=True ones
+//                                                only up to 256 KiB (backend.cc's
+//                                                kAsyncInlineBytes), so that they overlap
+//                                                the caller's work; 0: never. Why 2 MiB:
+//                                                benchmarks/results/inline-bytes-cpu.txt
 //   smallBytes   RINGCOLL_SMALL_BYTES   65536    CPU all-reduces, reduce-scatters,
 //                                                all-gathers and broadcasts whose buffer
 //                                                is up to this size (PREMUL_SUM
