@@ -263,7 +263,7 @@ def corrupted_output_is_counted(rank, p):
     out = {}
     for name, rec in records.RECORDS.items():
         case = rec.build(rank, p, 6 * p, torch.float32, "sum", "cpu", True, None)
-        case.run().wait()
+        case.run()
         clean = records.count_wrong(case.output, case.expected)
         case.output.view(-1)[0] += 1  # one wrong element
         out[name] = (clean, records.count_wrong(case.output, case.expected))
@@ -286,7 +286,7 @@ def future_warnings_of_each_record(rank, p):
         case = rec.build(rank, p, 6 * p, torch.float32, "sum", "cpu", True, None)
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
-            case.run().wait()
+            case.run()
         out[name] = [str(w.message) for w in seen if issubclass(w.category, FutureWarning)]
     return out
 

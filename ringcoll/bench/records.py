@@ -120,8 +120,10 @@ def torch_op(op: str):
 
 @dataclass
 class Case:
-    """One collective call ready to run: `run()` issues it (and returns the Work
-    when async), `output` is the tensor to check against `expected`."""
+    """One collective call ready to run: `run()` makes it as a script does
+    (`async_op=False`: it returns once the call has ended, on CUDA once it is ordered
+    before the current stream's later work), `output` is the tensor to check against
+    `expected`."""
     run: Callable[[], object]
     output: torch.Tensor
     expected: torch.Tensor | None
@@ -146,7 +148,7 @@ def _all_reduce(rank, p, count, dtype, op, device, inplace, group) -> Case | Non
     def reset():
         x.copy_(src)
 
-    return Case(lambda: dist.all_reduce(x, op=torch_op(op), group=group, async_op=True), x,
+    return Case(lambda: dist.all_reduce(x, op=torch_op(op), group=group), x,
                 exp, reset)
 
 
@@ -169,7 +171,7 @@ def _all_gather(rank, p, count, dtype, op, device, inplace, group) -> Case:
         inp.copy_(mine)
 
     reset()
-    return Case(lambda: _all_gather_single(out, inp, group=group, async_op=True), out,
+    return Case(lambda: _all_gather_single(out, inp, group=group), out,
                 torch.cat(parts).to(dtype).to(device), reset)
 
 
@@ -183,8 +185,8 @@ def _reduce_scatter(rank, p, count, dtype, op, device, inplace, group) -> Case:
     def reset():
         inp.copy_(src)
 
-    return Case(lambda: _reduce_scatter_single(out, inp, op=torch_op(op), group=group,
-                                               async_op=True), out, exp, reset)
+    return Case(lambda: _reduce_scatter_single(out, inp, op=torch_op(op), group=group),
+                out, exp, reset)
 
 
 RECORDS = {

@@ -119,14 +119,14 @@ def slowest_rank(values: torch.Tensor, group) -> torch.Tensor:
 
 
 def time_calls(run, n: int, device: str) -> list[float]:
-    """Seconds of each of `n` synchronous calls of `run` (issue, then wait)."""
+    """Seconds of each of `n` synchronous calls of `run` (async_op=False)."""
     out = []
     if device == "cuda":
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         for _ in range(n):
             start.record()
-            run().wait()
+            run()
             end.record()
             end.synchronize()
             out.append(start.elapsed_time(end) / 1e3)
@@ -134,7 +134,7 @@ def time_calls(run, n: int, device: str) -> list[float]:
     clock = time.perf_counter
     for _ in range(n):
         t0 = clock()
-        run().wait()
+        run()
         out.append(clock() - t0)
     return out
 
@@ -174,7 +174,7 @@ def measure(cases: dict, args, device: str, meta) -> dict:
 def check(case, meta):
     """#wrong summed over ranks after one call on freshly reset inputs."""
     case.reset()
-    case.run().wait()
+    case.run()
     if case.expected is None:
         return 0
     wrong = torch.tensor([records.count_wrong(case.output, case.expected)], dtype=torch.int64)
