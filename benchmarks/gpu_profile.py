@@ -92,11 +92,12 @@ def summarize(out, nproc):
     it ran: start after the call's first device activity + duration, in ms."""
     lines = []
     for rank in range(nproc):
-        events = json.load(open(os.path.join(out, f"trace_rank{rank}.json")))["traceEvents"]
+        with open(os.path.join(out, f"trace_rank{rank}.json")) as f:
+            events = json.load(f)["traceEvents"]
         spans = [e for e in events if e.get("ph") == "X"]
         kernels = sorted((e for e in spans if e.get("cat") == "kernel"), key=lambda e: e["ts"])
         calls = sorted((e for e in spans if e.get("cat") == "gpu_user_annotation"
-                        and e["name"].split(":")[0].split()[0] in ("ringcoll", "stock", "alone", "nccl")),
+                        and (e["name"].split(":")[0].split() or [""])[0] in ("ringcoll", "stock", "alone", "nccl")),
                        key=lambda e: e["ts"])
         # torch may record a call's range more than once: keep the longest. NCCL's own
         # ranges ("nccl:<op>", one per call, not numbered) are each kept.
