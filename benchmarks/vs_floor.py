@@ -30,14 +30,9 @@ from tests import mp  # noqa: E402
 
 def world(rank, p, n_bytes, calls, rounds):
     """One rank; tests/mp.py has made the ringcoll group (WORLD) and a gloo one."""
-    from torch.testing._internal.distributed.fake_pg import FakeProcessGroup
+    import torch.testing._internal.distributed.fake_pg  # noqa: F401  (registers "fake")
 
-    def fake(*_args, **_kwargs):
-        make = getattr(FakeProcessGroup, "_create_internal", None)
-        return make(rank, p) if make else FakeProcessGroup(rank, p)
-
-    dist.Backend.register_backend("ringcoll_floor", fake, devices=["cpu"])
-    floor = dist.new_group(backend="ringcoll_floor")
+    floor = dist.new_group(backend="fake")  # as benchmarks/vs_deepspeed.py's floor
     n = max(1, n_bytes // 4)
     x = torch.ones(n)
     part = torch.empty(n)

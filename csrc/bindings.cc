@@ -329,7 +329,9 @@ at::Tensor cudaReduce(const at::Tensor& a, const at::Tensor& b, const std::strin
       void* dev = nullptr;
       RC_CUDA_CHECK(cudaHostAlloc(&host, sizeof(int), cudaHostAllocMapped));
       *static_cast<int*>(host) = 0;
-      RC_CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));
+      const cudaError_t err = cudaHostGetDevicePointer(&dev, host, 0);
+      if (err != cudaSuccess) cudaFreeHost(host);  // the next call tries again
+      RC_CUDA_CHECK(err);
       return static_cast<const volatile int*>(dev);
     }();
     stop = word;
