@@ -461,13 +461,24 @@ def gpu_op(rank, p):
     dispatcher's (torch.ops.ringcoll.all_reduce_, as modes and compiled code reach it),
     and the eager entry on a side stream whose input was written on that stream just
     before. Exact, equal to NCCL's all-reduce, and the result ordered before what the
-    caller's stream does next."""
+    caller's stream does next. The eager routes must really take the eager entry (a
+    spy on it), and on the side stream the input's copy runs behind a sleep, so a
+    collective not ordered after the caller's stream would read the empty tensor."""
     import ringcoll.ops
 
     _set_device(rank)
     nccl = dist.new_group(backend="nccl")
     name = dist.distributed_c10d._get_default_group().group_name
     side = torch.cuda.Stream()
+    took = []
+    real_eager = ringcoll.ops._eager
+
+    def spy(t, g):
+        r = real_eager(t, g)
+        took.append(r)
+        return r
+
+    ringcoll.ops._eager = spy
     f = []
     for dtype in sorted(NCCL_DTYPES, key=str):
         for n in cases.counts(p, large=(1 << 20) + 3):
@@ -477,6 +488,7 @@ def gpu_op(rank, p):
             dist.all_reduce(ref, group=nccl)
             for route in ("eager", "dispatcher", "side stream"):
                 x = inputs[rank].cuda()
+                took.clear()
                 if route == "eager":
                     if ringcoll.ops.all_reduce_(x) is not x:
                         f.append("all_reduce_ does not return its argument")
@@ -486,11 +498,15 @@ def gpu_op(rank, p):
                     src, x = x, torch.empty_like(x)
                     side.wait_stream(torch.cuda.current_stream())
                     with torch.cuda.stream(side):
+                        torch.cuda._sleep(20_000_000)  # about 10 ms: the copy runs late
                         x.copy_(src)
                         ringcoll.ops.all_reduce_(x)
                         x.add_(0)  # read on the side stream, after the op
                     torch.cuda.current_stream().wait_stream(side)
+                if route != "dispatcher" and took != [True]:
+                    f.append(f"{route} {dtype} n={n}: the eager entry answered {took}")
                 cases.check_same(f, f"{route} {dtype} n={n}", x.cpu(), want, ref.cpu())
+    ringcoll.ops._eager = real_eager
     return f
 
 
