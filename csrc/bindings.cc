@@ -308,11 +308,12 @@ at::Tensor cpuCopy(const at::Tensor& src, at::Tensor out, bool streaming,
 #ifdef RINGCOLL_WITH_CUDA
 // dst = op(a, b) with the CUDA kernels on the current stream, for kernel tests.
 // a, b and the result may be views at any offset (to reach the unaligned paths).
-// stopWord: the kernel reads a stop word in host-mapped memory, as a collective's
-// kernels do (CudaReducer's DeviceControl; never set here), so benchmarks/kernel_bw.py
-// can show what that read costs.
+// stopWord: "" none; "host": every block reads a stop word in host-mapped memory,
+// as a collective's small kernels do (CudaReducer's DeviceControl; never set here);
+// "device": one in device memory, as its large kernels read the latched copy; so
+// benchmarks/kernel_bw.py can show what each read costs.
 at::Tensor cudaReduce(const at::Tensor& a, const at::Tensor& b, const std::string& opName,
-                      at::Tensor out, bool stopWord) {
+                      at::Tensor out, const std::string& stopWord) {
   auto it = opNames().find(opName);
   TORCH_CHECK(it != opNames().end(), "unknown op ", opName);
   const auto dtype = ringcoll::checks::tensorDType("cuda_reduce", a, "a");
@@ -321,8 +322,21 @@ at::Tensor cudaReduce(const at::Tensor& a, const at::Tensor& b, const std::strin
                   a.numel() == b.numel() && a.numel() == out.numel(),
               "cuda_reduce: contiguous tensors of equal numel");
   c10::cuda::CUDAGuard guard(a.device());
+  TORCH_CHECK(stopWord.empty() || stopWord == "host" || stopWord == "device",
+              "cuda_reduce: stop_word='", stopWord, "' (expected '', 'host' or 'device')");
   const volatile int* stop = nullptr;
-  if (stopWord) {
+  if (stopWord == "device") {
+    // One zeroed device word for the process (kept to the end).
+    static const volatile int* word = [] {
+      void* dev = nullptr;
+      RC_CUDA_CHECK(cudaMalloc(&dev, sizeof(int)));
+      const cudaError_t err = cudaMemset(dev, 0, sizeof(int));
+      if (err != cudaSuccess) cudaFree(dev);  // the next call tries again
+      RC_CUDA_CHECK(err);
+      return static_cast<const volatile int*>(dev);
+    }();
+    stop = word;
+  } else if (stopWord == "host") {
     // One zeroed word for the process, mapped like CudaReducer's (kept to the end).
     static const volatile int* word = [] {
       void* host = nullptr;
@@ -522,7 +536,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("level") = "auto");
 #ifdef RINGCOLL_WITH_CUDA
   m.def("cuda_reduce", &cudaReduce, py::arg("a"), py::arg("b"), py::arg("op"), py::arg("out"),
-        py::arg("stop_word") = false);
+        py::arg("stop_word") = "");
   m.def("cuda_scale", &cudaScale);
 #endif
   m.def("cpu_scale", &cpuScale);

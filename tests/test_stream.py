@@ -206,6 +206,38 @@ def test_late_rank_times_out_naming_it():
     assert 1.5 < elapsed < 5, (elapsed, msg)
 
 
+def late_rank_large(rank, p):
+    """Rank 1 is late to rank 0's second all-reduce, of 1 MiB. Rank 0's reductions
+    are queued on its compute stream behind the stuck receives; once the watchdog
+    aborts the transfers they run, as on a GPU, and only the stop word keeps them
+    from adding the staging buffers' stale bytes (the first all-reduce's) into y.
+    Every reduction here is over RINGCOLL_STOP_LATCH_BYTES, so it reads the latched
+    copy, and skips only if the transport's join hook asked for a fresh latch after
+    the wait (reduce/reducer.h). The fingerprint is off: its check would stop them
+    first."""
+    n = 1 << 18
+    x = torch.full((n,), float(rank + 1))
+    dist.all_reduce(x)
+    if rank == 1:
+        time.sleep(5)
+        return None
+    y = torch.full((n,), 7.0)
+    msg, _ = _outcome(lambda: dist.all_reduce(y))
+    return msg, bool(torch.equal(x, torch.full((n,), 3.0))), bool(torch.equal(y, torch.full((n,), 7.0)))
+
+
+@pytest.mark.parametrize("latch_bytes", ["16384", "1073741824"])
+def test_late_rank_large_collective_writes_nothing(latch_bytes):
+    # 1 GiB: every reduction reads the host word itself (the other side of the knob).
+    res = mp.run_world(2, late_rank_large, pg_timeout_s=2, transport="stream", timeout=120,
+                       env={"RINGCOLL_FINGERPRINT": "0",
+                            "RINGCOLL_STOP_LATCH_BYTES": latch_bytes})
+    msg, first_ok, untouched = res[0]
+    assert first_ok, "the first all-reduce was wrong"
+    assert "ringcoll::allreduce #2 (rank 0 of 2)" in msg and "Timed out" in msg, msg
+    assert untouched, "a reduction queued behind the aborted transfers wrote into y"
+
+
 def injected_mid_enqueue(rank, p):
     """One rank's third batch throws while it enqueues a collective: every rank's
     call raises, the next call on the group says it is broken, nothing hangs."""

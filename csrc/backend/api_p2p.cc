@@ -233,7 +233,8 @@ std::shared_ptr<StreamPath> RingcollBackend::pointToPointPathFor(const at::Tenso
     auto pstore = c10::make_intrusive<c10d::PrefixStore>("ringcoll/p2p", store_);
     auto device = std::make_shared<CudaDevice>(pstore, getRank(), getSize(), timeout_,
                                                knobs_.gpuChunkBytes, index, nullptr,
-                                               knobs_.ncclBlocking, /*connectAll=*/false);
+                                               knobs_.ncclBlocking, /*connectAll=*/false,
+                                               knobs_.stopLatchBytes);
     p2pCuda_ = std::make_shared<StreamPath>(std::move(device), pstore, getRank(), getSize(),
                                             knobs_, std::vector<int>{},
                                             knobs_.fingerprint && knobs_.gpuFingerprint);

@@ -151,7 +151,8 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   }
   if (knobs_.transport == "stream") {
     auto device = std::make_shared<CpuStreamDevice>(*transport_, knobs_.chunkBytes,
-                                                    knobs_.streamDelayUs, knobs_.streamFailAfter);
+                                                    knobs_.streamDelayUs, knobs_.streamFailAfter,
+                                                    knobs_.stopLatchBytes);
     device->executor().setTracer(tracer_.get());
     streamPath_ = std::make_shared<StreamPath>(std::move(device), store_, rank, size, knobs_,
                                                ringNeighbours_, knobs_.fingerprint);
@@ -163,7 +164,8 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
                                         makeGlooPort(p2p_, kStreamPointToPointTag), rank, size,
                                         knobs_.chunkBytes, kPointToPointLaneWait);
       auto pdevice = std::make_shared<CpuStreamDevice>(*p2pStreamHost_, knobs_.chunkBytes,
-                                                       knobs_.streamDelayUs, 0);
+                                                       knobs_.streamDelayUs, 0,
+                                                       knobs_.stopLatchBytes);
       p2pStream_ = std::make_shared<StreamPath>(std::move(pdevice), pstore, rank, size, knobs_,
                                                 std::vector<int>{}, knobs_.fingerprint);
     } catch (const std::runtime_error& e) {
@@ -409,7 +411,8 @@ std::shared_ptr<StreamPath> RingcollBackend::streamPathFor(const at::Tensor& fir
   if (!cuda_) {
     auto device = std::make_shared<CudaDevice>(store_, getRank(), getSize(), timeout_,
                                                knobs_.gpuChunkBytes, index, tracer_.get(),
-                                               knobs_.ncclBlocking, /*connectAll=*/true);
+                                               knobs_.ncclBlocking, /*connectAll=*/true,
+                                               knobs_.stopLatchBytes);
     cuda_ = std::make_shared<StreamPath>(std::move(device), store_, getRank(), getSize(), knobs_,
                                          ringNeighbours_,
                                          knobs_.fingerprint && knobs_.gpuFingerprint);

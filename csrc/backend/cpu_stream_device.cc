@@ -22,13 +22,15 @@ struct CpuStreamDevice::End : StreamDevice::Event {
 };
 
 CpuStreamDevice::CpuStreamDevice(Transport& host, size_t chunkBytes, uint32_t maxDelayUs,
-                                 size_t failAfter)
+                                 size_t failAfter, size_t latchBytes)
     : compute_("compute", maxDelayUs) {
   // Header slots (engine/executor_waves.cc): this rank's, one per peer received, one
   // per peer sent when a job's headers differ per peer.
-  reducer_ = std::make_unique<StreamReducer>(compute_, 2 * static_cast<size_t>(host.size()) + 1);
+  reducer_ = std::make_unique<StreamReducer>(compute_, 2 * static_cast<size_t>(host.size()) + 1,
+                                             latchBytes);
   transport_ = std::make_unique<CpuStreamTransport>(host, compute_, chunkBytes, maxDelayUs,
                                                     failAfter);
+  transport_->setJoinHook([r = reducer_.get()] { r->transfersJoined(); });
   executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, chunkBytes);
 }
 
@@ -72,10 +74,11 @@ std::string CpuStreamDevice::transferError() {
 }
 
 void CpuStreamDevice::abortTransfers() {
+  // Queued transfers are skipped and waiting ones return. The compute stream is not
+  // aborted (a GPU's is not): it runs what is queued, behind the stop word the
+  // backend set first, and is drained before this returns, so nothing reads a
+  // job's memory after the caller frees it.
   transport_->abort();
-  compute_.abort();
-  // Queued tasks are skipped and waiting ones return: the streams are idle at once,
-  // and nothing reads a job's memory after the caller frees it.
   transport_->transferStream().sync();
   compute_.sync();
 }

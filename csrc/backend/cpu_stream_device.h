@@ -26,7 +26,9 @@ class CpuStreamDevice final : public StreamDevice {
  public:
   // `host`: the transport the bytes travel on; it must outlive this device.
   // `maxDelayUs`, `failAfter`: RINGCOLL_STREAM_DELAY_US, RINGCOLL_STREAM_FAIL_AFTER.
-  CpuStreamDevice(Transport& host, size_t chunkBytes, uint32_t maxDelayUs, size_t failAfter);
+  // `latchBytes`: RINGCOLL_STOP_LATCH_BYTES (the reducer's latched stop word).
+  CpuStreamDevice(Transport& host, size_t chunkBytes, uint32_t maxDelayUs, size_t failAfter,
+                  size_t latchBytes);
   ~CpuStreamDevice() override;
 
   c10::Device device() const override { return c10::Device(c10::kCPU); }

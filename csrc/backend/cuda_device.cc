@@ -42,7 +42,7 @@ CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
                        std::chrono::milliseconds timeout, size_t chunkBytes,
                        c10::DeviceIndex device, algo::Tracer* tracer,
                        Knobs::NcclBlocking ncclBlocking,
-                       bool connectAll)
+                       bool connectAll, size_t stopLatchBytes)
     : device_(device), stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {
   c10::cuda::CUDAGuard guard(device_);
   const ncclUniqueId id = exchangeUniqueId(store, rank);
@@ -75,6 +75,8 @@ CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
   // Header slots (engine/executor_waves.cc): this rank's, one per peer received, one
   // per peer sent when a job's headers differ per peer.
   reducer_ = std::make_unique<CudaReducer>(stream_.stream(), 2 * static_cast<size_t>(size) + 1);
+  reducer_->setLatchBytes(stopLatchBytes);
+  transport_->setJoinHook([r = reducer_.get()] { r->transfersJoined(); });
   executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, chunkBytes);
   executor_->setTracer(tracer);
 }

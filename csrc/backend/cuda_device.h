@@ -38,7 +38,8 @@ class CudaDevice final : public StreamDevice {
   // through it (a prefix of its own for each communicator).
   CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
              std::chrono::milliseconds timeout, size_t chunkBytes, c10::DeviceIndex device,
-             algo::Tracer* tracer, Knobs::NcclBlocking ncclBlocking, bool connectAll);
+             algo::Tracer* tracer, Knobs::NcclBlocking ncclBlocking, bool connectAll,
+             size_t stopLatchBytes);
   ~CudaDevice() override;
 
   c10::Device device() const override { return c10::Device(c10::kCUDA, device_); }

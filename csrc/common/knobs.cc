@@ -19,7 +19,7 @@ const std::vector<std::string>& knownNames() {
       "RINGCOLL_INLINE_BYTES", "RINGCOLL_SMALL_BYTES", "RINGCOLL_HOST", "RINGCOLL_DEBUG",
       "RINGCOLL_FINGERPRINT", "RINGCOLL_TRACE", "RINGCOLL_GPU_CHUNK_BYTES",
       "RINGCOLL_BLOCKING_WAIT", "RINGCOLL_ASYNC_ERROR_HANDLING", "RINGCOLL_GPU_FINGERPRINT",
-      "RINGCOLL_NCCL_BLOCKING", "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER", "RINGCOLL_GPU_ALGO",
+      "RINGCOLL_NCCL_BLOCKING", "RINGCOLL_STOP_LATCH_BYTES", "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER", "RINGCOLL_GPU_ALGO",
       // Read by the build (setup.py) and by Python (ringcoll.model), not by the
       // backend; listed so they are not reported as unknown.
       "RINGCOLL_CUDA", "RINGCOLL_MODEL"};
@@ -55,6 +55,8 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
     k.chunkBytes = parseBytes(name, value, static_cast<long long>(Knobs::kMinChunkBytes));
   } else if (name == "RINGCOLL_GPU_CHUNK_BYTES") {
     k.gpuChunkBytes = parseBytes(name, value, static_cast<long long>(Knobs::kMinChunkBytes));
+  } else if (name == "RINGCOLL_STOP_LATCH_BYTES") {
+    k.stopLatchBytes = parseBytes(name, value, 0);
   } else if (name == "RINGCOLL_GPU_FINGERPRINT") {
     k.gpuFingerprint = parseBool(name, value);
   } else if (name == "RINGCOLL_NCCL_BLOCKING") {
@@ -157,6 +159,7 @@ std::string Knobs::describe() const {
                 " RINGCOLL_GPU_CHUNK_BYTES=", gpuChunkBytes,
                 " RINGCOLL_GPU_FINGERPRINT=", gpuFingerprint ? 1 : 0,
                 " RINGCOLL_NCCL_BLOCKING=", ncclBlockingName(),
+                " RINGCOLL_STOP_LATCH_BYTES=", stopLatchBytes,
                 " RINGCOLL_BLOCKING_WAIT=", blockingWait ? 1 : 0,
                 " RINGCOLL_ASYNC_ERROR_HANDLING=", asyncErrorHandling,
                 " RINGCOLL_STREAM_DELAY_US=", streamDelayUs,

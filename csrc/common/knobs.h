@@ -52,6 +52,15 @@
 //                                                by default until a GPU run shows it
 //                                                free of false mismatches (the stream
 //                                                emulation runs it on by default)
+//   stopLatchBytes RINGCOLL_STOP_LATCH_BYTES 16384  stream paths (CUDA and its
+//                                                emulation): a kernel writing more than
+//                                                this reads the stop word's device
+//                                                copy, latched once after each wait for
+//                                                transfers, not the host-mapped word in
+//                                                each block (reduce/reducer.h); 16 KiB
+//                                                is two blocks of the CUDA kernels. A
+//                                                huge value: every kernel reads the
+//                                                host word, as before (for A/B)
 //   ncclBlocking RINGCOLL_NCCL_BLOCKING connected  CUDA: how the NCCL communicator
 //                                                blocks. connected (default): created
 //                                                and connected non-blocking, so the
@@ -149,6 +158,7 @@ struct Knobs {
   size_t chunkBytes = size_t{1} << 20;
   size_t gpuChunkBytes = size_t{8} << 20;
   bool gpuFingerprint = false;
+  size_t stopLatchBytes = size_t{16} << 10;
   // RINGCOLL_NCCL_BLOCKING: 0 | 1 | connected (above).
   enum class NcclBlocking { kNever, kAlways, kOnceConnected };
   NcclBlocking ncclBlocking = NcclBlocking::kOnceConnected;

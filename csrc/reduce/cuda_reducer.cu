@@ -25,7 +25,8 @@ unsigned blocksFor(size_t work) {
 }
 
 // The stop word (CudaReducer's contract): read once per block, by one thread, from
-// host-mapped memory; every kernel returns without touching memory when it is set.
+// host-mapped memory or its latched device copy; every kernel returns without
+// touching memory when it is set.
 __device__ __forceinline__ bool stopped(const volatile int* stop) {
   __shared__ int skip;
   if (threadIdx.x == 0) skip = stop != nullptr ? *stop : 0;
@@ -98,7 +99,7 @@ __global__ void copyKernel(char* dst, const char* src, size_t bytes, VecSplit s,
 // difference the first such kernel records both and the peer in the control
 // block, then sets the stop word.
 __global__ void checkHeaderKernel(const uint8_t* got, HeaderBytes want, int peer,
-                                  DeviceControl* ctl) {
+                                  DeviceControl* ctl, int* latched) {
   if (stopped(&ctl->stop)) return;
   const int i = threadIdx.x;
   const bool differs = __syncthreads_or(got[i] != want.b[i]);
@@ -113,9 +114,16 @@ __global__ void checkHeaderKernel(const uint8_t* got, HeaderBytes want, int peer
   __threadfence_system();
   __syncthreads();
   if (i == 0) {
+    *latched = 1;  // the large kernels behind this one read the device copy
     ctl->stop = 1;
     __threadfence_system();
   }
+}
+
+// The device copy of the stop word, refreshed in stream order. Sticky: once set it
+// stays set, as the host word does.
+__global__ void latchStopKernel(const volatile int* host, int* latched) {
+  if (*host != 0) *latched = 1;
 }
 
 __global__ void writeHeaderKernel(uint8_t* dst, HeaderBytes bytes) {
@@ -178,6 +186,19 @@ CudaReducer::CudaReducer(cudaStream_t stream, size_t headerSlots)
   RC_CUDA_CHECK(cudaHostGetDevicePointer(&dev, host, 0));
   deviceControl_ = static_cast<DeviceControl*>(dev);
   RC_CUDA_CHECK(cudaMalloc(&headers_, headerSlots_ * kHeaderBytes));
+  RC_CUDA_CHECK(cudaMalloc(&latched_, sizeof(int)));
+  // Stream-ordered before every kernel of this reducer.
+  RC_CUDA_CHECK(cudaMemsetAsync(latched_, 0, sizeof(int), stream_));
+}
+
+const volatile int* CudaReducer::stopWord(size_t bytes) {
+  if (bytes <= latchBytes_) return &deviceControl_->stop;
+  if (stale_.load(std::memory_order_relaxed)) {
+    latchStopKernel<<<1, 1, 0, stream_>>>(&deviceControl_->stop, latched_);
+    RC_CUDA_CHECK(cudaGetLastError());
+    stale_.store(false, std::memory_order_relaxed);
+  }
+  return latched_;
 }
 
 std::shared_ptr<void> CudaReducer::allocate(size_t bytes) {
@@ -190,6 +211,7 @@ std::shared_ptr<void> CudaReducer::allocate(size_t bytes) {
 CudaReducer::~CudaReducer() {
   // No throw in a destructor; cudaFree waits for the kernels that use the buffer.
   if (headers_) cudaFree(headers_);
+  if (latched_) cudaFree(latched_);
   if (control_) cudaFreeHost(control_);
 }
 
@@ -228,13 +250,14 @@ void CudaReducer::checkHeader(const void* got, const void* want, size_t n, int p
   HeaderBytes h;
   std::memcpy(h.b, want, kHeaderBytes);
   checkHeaderKernel<<<1, kHeaderBytes, 0, stream_>>>(static_cast<const uint8_t*>(got), h, peer,
-                                                     deviceControl_);
+                                                     deviceControl_, latched_);
   RC_CUDA_CHECK(cudaGetLastError());
 }
 
 void CudaReducer::reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
                          RedOp op) {
-  RC_CUDA_CHECK(launchReduce(dst, a, b, count, dtype, op, stream_, stopWord()));
+  RC_CUDA_CHECK(
+      launchReduce(dst, a, b, count, dtype, op, stream_, stopWord(count * elementSize(dtype))));
 }
 
 void CudaReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
@@ -244,11 +267,13 @@ void CudaReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, s
 }
 
 void CudaReducer::divide(void* buf, size_t count, DType dtype, int divisor) {
-  RC_CUDA_CHECK(launchDivide(buf, count, dtype, divisor, stream_, stopWord()));
+  RC_CUDA_CHECK(
+      launchDivide(buf, count, dtype, divisor, stream_, stopWord(count * elementSize(dtype))));
 }
 
 void CudaReducer::multiply(void* buf, size_t count, DType dtype, double factor) {
-  RC_CUDA_CHECK(launchMultiply(buf, count, dtype, factor, stream_, stopWord()));
+  RC_CUDA_CHECK(
+      launchMultiply(buf, count, dtype, factor, stream_, stopWord(count * elementSize(dtype))));
 }
 
 void CudaReducer::copy(void* dst, const void* src, size_t bytes, bool) {
@@ -257,8 +282,10 @@ void CudaReducer::copy(void* dst, const void* src, size_t bytes, bool) {
   const VecSplit s = vectorSplit(reinterpret_cast<uintptr_t>(dst),
                                  reinterpret_cast<uintptr_t>(src),
                                  reinterpret_cast<uintptr_t>(src), bytes, 1);
+  // Before the launch statement: stopWord may launch the latch kernel.
+  const volatile int* stop = stopWord(bytes);
   copyKernel<<<blocksFor(std::max(s.packs, s.head + s.tail)), kThreads, 0, stream_>>>(
-      static_cast<char*>(dst), static_cast<const char*>(src), bytes, s, stopWord());
+      static_cast<char*>(dst), static_cast<const char*>(src), bytes, s, stop);
   RC_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -2,8 +2,9 @@
 // loads (vector.h), enqueued on one stream. Raw pointers, no torch.
 //
 // The stop word. Every kernel this reducer enqueues (reduce, copy, divide,
-// multiply) first reads a word of host-mapped memory and returns without touching
-// memory when it is set. The backend's watchdog sets it (stopKernels) before it
+// multiply) first reads a stop word and returns without touching memory when it is
+// set: a small kernel the host-mapped word itself, a large one a copy in device
+// memory refreshed after each wait for transfers (reducer.h says where and why). The backend's watchdog sets it (stopKernels) before it
 // aborts the communicator: the abort lets NCCL kernels stuck on a dead or late peer
 // exit, and the reductions queued behind them would otherwise run on staging
 // buffers that never received their data and write a wrong result into the user's
@@ -17,6 +18,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "reduce/reducer.h"
@@ -80,17 +82,26 @@ class CudaReducer final : public StreamOrderedReducer {
   // host-mapped control block.
   void stopKernels() override;
   bool kernelsStopped() const override { return control_->stop != 0; }
+  void transfersJoined() override { stale_.store(true, std::memory_order_relaxed); }
+  // Kernels writing more than this many bytes read the latched copy (reducer.h);
+  // RINGCOLL_STOP_LATCH_BYTES. The default is the CUDA device's.
+  void setLatchBytes(size_t bytes) { latchBytes_ = bytes; }
   int mismatchPeer() const override;
   void mismatchBytes(uint8_t* want, uint8_t* got) const override;
 
  private:
-  const volatile int* stopWord() const { return &deviceControl_->stop; }
+  // The word a kernel writing `bytes` reads: the host-mapped one, or the device
+  // copy, latched first (one one-thread kernel) when a transfer wait came since.
+  const volatile int* stopWord(size_t bytes);
 
   cudaStream_t stream_;
   size_t headerSlots_;
   DeviceControl* control_ = nullptr;        // host address
   DeviceControl* deviceControl_ = nullptr;  // the same memory, device address
   void* headers_ = nullptr;                 // kHeaderSlots x kHeaderBytes, device
+  int* latched_ = nullptr;                  // the device copy of the stop word
+  std::atomic<bool> stale_{true};           // a transfer wait since the last latch
+  size_t latchBytes_ = size_t{16} << 10;
 };
 
 }  // namespace ringcoll

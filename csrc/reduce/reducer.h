@@ -62,12 +62,30 @@ class Reducer {
 // CPU emulation): besides the arithmetic, the stop word every operation reads
 // before it touches memory, and the device fingerprint check's result
 // (reduce/cuda_reducer.h).
+//
+// Where the stop word is read. A small operation (one writing at most
+// RINGCOLL_STOP_LATCH_BYTES, common/knobs.h) reads the host's word itself, so it skips
+// if the word was set before it started. A larger one has many blocks, and host-
+// mapped reads by each of them cost far more than the arithmetic, so it reads a
+// device-side copy of the word instead, which a one-thread operation refreshes
+// (latches) before it whenever the stream has waited for transfers since the last
+// refresh (transfersJoined). The contract both give: an operation enqueued behind a
+// transfer that failed or was aborted, or behind a fingerprint check that found a
+// mismatch, touches no memory, because the host sets the word before it aborts the
+// transfers, and the check sets both words. What the latched copy does not give:
+// a large operation already past its latch when the host sets the word may still
+// run (it is not behind anything that failed).
 class StreamOrderedReducer : public Reducer {
  public:
-  // Host side of the stop word: set it (no device call; operations that start
-  // after this returns skip), and read it.
+  // Host side of the stop word: set it (no device call; small operations that
+  // start after this returns skip, and large ones whose latch runs after it), and
+  // read it.
   virtual void stopKernels() = 0;
   virtual bool kernelsStopped() const = 0;
+  // The compute stream was just made to wait for transfers (stream_transport.h's
+  // join hook): the next large operation refreshes the device copy of the word
+  // first. Called on the enqueuing thread.
+  virtual void transfersJoined() = 0;
   // The peer whose header differed (-1: none yet), and both 64-byte headers.
   virtual int mismatchPeer() const = 0;
   virtual void mismatchBytes(uint8_t* want, uint8_t* got) const = 0;

@@ -7,29 +7,30 @@
 
 namespace ringcoll {
 
-StreamReducer::StreamReducer(CpuStream& stream, size_t headerSlots)
-    : stream_(stream), headers_(headerSlots * kHeaderBytes) {}
+StreamReducer::StreamReducer(CpuStream& stream, size_t headerSlots, size_t latchBytes)
+    : stream_(stream), latchBytes_(latchBytes), headers_(headerSlots * kHeaderBytes) {}
 
 void StreamReducer::reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
                            RedOp op) {
-  enqueue([=, this] { cpu_.reduce(dst, a, b, count, dtype, op); });
+  enqueue(count * elementSize(dtype), [=, this] { cpu_.reduce(dst, a, b, count, dtype, op); });
 }
 
 void StreamReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
                             DType dtype, RedOp op) {
-  enqueue([=, this] { cpu_.reduce2(dst, dst2, a, b, count, dtype, op); });
+  enqueue(count * elementSize(dtype),
+          [=, this] { cpu_.reduce2(dst, dst2, a, b, count, dtype, op); });
 }
 
 void StreamReducer::divide(void* buf, size_t count, DType dtype, int divisor) {
-  enqueue([=, this] { cpu_.divide(buf, count, dtype, divisor); });
+  enqueue(count * elementSize(dtype), [=, this] { cpu_.divide(buf, count, dtype, divisor); });
 }
 
 void StreamReducer::multiply(void* buf, size_t count, DType dtype, double factor) {
-  enqueue([=, this] { cpu_.multiply(buf, count, dtype, factor); });
+  enqueue(count * elementSize(dtype), [=, this] { cpu_.multiply(buf, count, dtype, factor); });
 }
 
 void StreamReducer::copy(void* dst, const void* src, size_t bytes, bool streaming) {
-  enqueue([=, this] { cpu_.copy(dst, src, bytes, streaming); });
+  enqueue(bytes, [=, this] { cpu_.copy(dst, src, bytes, streaming); });
 }
 
 void* StreamReducer::headerSlot(size_t slot) {
@@ -48,11 +49,13 @@ void StreamReducer::checkHeader(const void* got, const void* want, size_t n, int
   RC_ASSERT(n == kHeaderBytes, "a header of ", n, " bytes");
   std::array<uint8_t, kHeaderBytes> w;
   std::memcpy(w.data(), want, kHeaderBytes);
-  enqueue([this, got, w, peer] {
+  // One block on the device: reads the host word; sets both words, as the kernel.
+  enqueue(0, [this, got, w, peer] {
     if (std::memcmp(got, w.data(), kHeaderBytes) == 0 || mismatchPeer() != -1) return;
     std::memcpy(want_, w.data(), kHeaderBytes);
     std::memcpy(got_, got, kHeaderBytes);
     mismatchPeer_.store(peer, std::memory_order_release);
+    latched_.store(true, std::memory_order_release);
     stopKernels();
   });
 }

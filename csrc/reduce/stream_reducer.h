@@ -5,7 +5,10 @@
 // reducer it has
 //   * a stop word, read by every operation before it touches memory: the backend
 //     sets it when a collective failed, so reductions queued behind transfers that
-//     never came do not write stale staging bytes into a user's tensor;
+//     never came do not write stale staging bytes into a user's tensor. As on the
+//     device, an operation over more than latchBytes reads a copy latched in
+//     stream order after each transfer wait (reducer.h), so CI runs the ordering
+//     that the CUDA reducer's latched word relies on;
 //   * fingerprint headers in its own memory (slot 0 this rank's, 1 + r rank r's),
 //     written and compared in stream order: checkHeader compares the 64 received
 //     bytes with the expected ones (engine/fingerprint.h's one rule) and, on a
@@ -25,7 +28,8 @@ class StreamReducer final : public StreamOrderedReducer {
  public:
   static constexpr size_t kHeaderBytes = 64;
 
-  StreamReducer(CpuStream& stream, size_t headerSlots);
+  // `latchBytes`: RINGCOLL_STOP_LATCH_BYTES (common/knobs.h).
+  StreamReducer(CpuStream& stream, size_t headerSlots, size_t latchBytes);
 
   CpuStream& stream() { return stream_; }
 
@@ -46,21 +50,38 @@ class StreamReducer final : public StreamOrderedReducer {
   // StreamOrderedReducer's, as CudaReducer's.
   void stopKernels() override { stop_.store(true, std::memory_order_release); }
   bool kernelsStopped() const override { return stop_.load(std::memory_order_acquire); }
+  void transfersJoined() override { stale_ = true; }
   int mismatchPeer() const override { return mismatchPeer_.load(std::memory_order_acquire); }
   void mismatchBytes(uint8_t* want, uint8_t* got) const override;
 
  private:
-  // Runs `fn` on the stream unless the stop word is set by then.
+  // Runs `fn`, which writes `bytes`, on the stream unless the stop word it reads
+  // (the host's, or the latched copy: reducer.h) is set by then.
   template <typename Fn>
-  void enqueue(Fn fn) {
+  void enqueue(size_t bytes, Fn fn) {
+    if (bytes <= latchBytes_) {
+      stream_.enqueue([this, fn] {
+        if (!kernelsStopped()) fn();
+      });
+      return;
+    }
+    if (stale_) {
+      stream_.enqueue([this] {
+        if (kernelsStopped()) latched_.store(true, std::memory_order_release);
+      });
+      stale_ = false;
+    }
     stream_.enqueue([this, fn] {
-      if (!kernelsStopped()) fn();
+      if (!latched_.load(std::memory_order_acquire)) fn();
     });
   }
 
   CpuStream& stream_;
   CpuReducer cpu_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> latched_{false};  // the stream's copy of stop_ (sticky)
+  bool stale_ = true;                 // a transfer wait since the last latch
+  size_t latchBytes_;
   std::atomic<int> mismatchPeer_{-1};
   uint8_t want_[kHeaderBytes] = {};
   uint8_t got_[kHeaderBytes] = {};

@@ -41,14 +41,15 @@ void CpuStreamTransport::transferWaits(const MarkerPtr& m) {
 }
 
 void CpuStreamTransport::computeWaits(const MarkerPtr& m) {
-  // As CpuStream::waitFor, and a batch that failed fails the compute stream too.
+  // As CpuStream::waitFor. Behind a batch that failed, as behind an NCCL kernel
+  // stuck on a dead peer, the compute stream goes on only once the transfers are
+  // aborted, and then runs what is queued: the backend set the stop word before it
+  // aborted them, so the reducer's work skips (reduce/reducer.h), exactly as on a
+  // GPU, where nothing else stops those kernels.
   compute_.enqueue([this, m = static_cast<HostMarker&>(*m).m] {
-    while (!m->done()) {
+    while (!m->done() || (m->failed() && !transfer_.aborted())) {
       if (compute_.aborted()) return;
       std::this_thread::sleep_for(std::chrono::microseconds(20));
-    }
-    if (m->failed()) {
-      throw std::runtime_error("a batch of transfers this work depends on failed");
     }
   });
 }

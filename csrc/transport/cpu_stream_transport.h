@@ -16,9 +16,11 @@
 // gloo between hosts), used by the transfer thread alone.
 //
 // A failure inside a batch (a peer exited, abort()) fails the transfer stream
-// (error()), as an NCCL error fails the communicator: later batches are skipped,
-// and so is compute work ordered after a failed batch (it would read bytes that
-// never came); the host learns of it from error().
+// (error()), as an NCCL error fails the communicator: later batches are skipped;
+// the host learns of it from error(). Compute work ordered after a failed batch
+// waits, as behind an NCCL kernel stuck on a dead peer, until the transfers are
+// aborted, and then runs: only the reducer's stop word, which the backend sets
+// before it aborts them, keeps it from reading bytes that never came, as on a GPU.
 #pragma once
 
 #include <atomic>

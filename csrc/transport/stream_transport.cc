@@ -62,7 +62,7 @@ const void* StreamTransport::recvView(int peer) {
   if (q.empty() || !q.front().done) return nullptr;
   Recv& r = q.front();
   if (!r.waited) {
-    computeWaits(r.done);
+    joinCompute(r.done);
     r.waited = true;
   }
   return r.ptr;
@@ -78,7 +78,12 @@ void StreamTransport::releaseRecv(int peer) {
 }
 
 void StreamTransport::fence() {
-  if (last_) computeWaits(last_);
+  if (last_) joinCompute(last_);
+}
+
+void StreamTransport::joinCompute(const MarkerPtr& m) {
+  computeWaits(m);
+  if (joinHook_) joinHook_();
 }
 
 void StreamTransport::idle(uint32_t, Clock::time_point until) {

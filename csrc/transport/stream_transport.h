@@ -24,6 +24,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -49,6 +50,12 @@ class StreamTransport : public Transport {
   // Nothing to wait for on the host: every post completes in stream order.
   uint32_t idleToken() override { return 0; }
   void idle(uint32_t, Clock::time_point until) override;
+
+  // Called on the enqueuing thread right after `compute` was made to wait for
+  // transfers (recvView, fence): the device hands it to its reducer, whose large
+  // kernels re-read the stop word after such a wait (reduce/reducer.h). Set once,
+  // before the first post.
+  void setJoinHook(std::function<void()> hook) { joinHook_ = std::move(hook); }
 
  protected:
   // A point in one queue: complete once everything queued there before it ran.
@@ -98,6 +105,9 @@ class StreamTransport : public Transport {
   std::vector<std::vector<void*>> freeStaging_;  // per peer
   std::vector<void*> staging_;                   // every staging buffer, for release
   MarkerPtr last_;                               // after the last flushed batch
+  std::function<void()> joinHook_;
+
+  void joinCompute(const MarkerPtr& m);
 };
 
 }  // namespace ringcoll
