@@ -112,6 +112,7 @@ def test_bad_inputs_raise_on_every_rank(transport):
     ({"RINGCOLL_GPU_FINGERPRINT": "2"}, ["RINGCOLL_GPU_FINGERPRINT", "2"]),
     ({"RINGCOLL_NCCL_BLOCKING": "maybe"},
      ["RINGCOLL_NCCL_BLOCKING", "maybe", "connected, 0, 1"]),
+    ({"RINGCOLL_STOP_LATCH_BYTES": "1G"}, ["RINGCOLL_STOP_LATCH_BYTES", "1G", ">= 0"]),
 ])
 def test_bad_knob_values(overrides, fragments, monkeypatch):
     with pytest.raises(RuntimeError) as err:
@@ -138,7 +139,7 @@ def test_knob_defaults_and_options():
     # The CUDA knobs: defaults, and set through Options.
     for want in ("RINGCOLL_GPU_CHUNK_BYTES=8388608", "RINGCOLL_BLOCKING_WAIT=0",
                  "RINGCOLL_ASYNC_ERROR_HANDLING=teardown", "RINGCOLL_GPU_FINGERPRINT=0",
-                 "RINGCOLL_NCCL_BLOCKING=connected"):
+                 "RINGCOLL_NCCL_BLOCKING=connected", "RINGCOLL_STOP_LATCH_BYTES=16384"):
         assert want in _C.knobs({}), _C.knobs({})
     for value, shown in (("0", "0"), ("false", "0"), ("1", "1"), ("true", "1"),
                          ("connected", "connected")):
@@ -148,10 +149,11 @@ def test_knob_defaults_and_options():
             ringcoll.Options(nccl_blocking=value).overrides()), value
     desc = _C.knobs(ringcoll.Options(gpu_chunk_bytes=1 << 20, blocking_wait=True,
                                      async_error_handling="raise",
-                                     gpu_fingerprint=True, nccl_blocking=True).overrides())
+                                     gpu_fingerprint=True, nccl_blocking=True,
+                                     stop_latch_bytes=0).overrides())
     for want in ("RINGCOLL_GPU_CHUNK_BYTES=1048576", "RINGCOLL_BLOCKING_WAIT=1",
                  "RINGCOLL_ASYNC_ERROR_HANDLING=raise", "RINGCOLL_GPU_FINGERPRINT=1",
-                 "RINGCOLL_NCCL_BLOCKING=1"):
+                 "RINGCOLL_NCCL_BLOCKING=1", "RINGCOLL_STOP_LATCH_BYTES=0"):
         assert want in desc, desc
 
 

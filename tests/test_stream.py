@@ -223,7 +223,11 @@ def late_rank_large(rank, p):
         return None
     y = torch.full((n,), 7.0)
     msg, _ = _outcome(lambda: dist.all_reduce(y))
-    return msg, bool(torch.equal(x, torch.full((n,), 3.0))), bool(torch.equal(y, torch.full((n,), 7.0)))
+    # The Work fails first; the queued work runs (and skips) when the transfers are
+    # aborted, just after: give it that time, as a GPU user would synchronize.
+    time.sleep(1)
+    first_ok = bool(torch.equal(x, torch.full((n,), 3.0)))
+    return msg, first_ok, bool(torch.equal(y, torch.full((n,), 7.0)))
 
 
 @pytest.mark.parametrize("latch_bytes", ["16384", "1073741824"])
@@ -236,6 +240,43 @@ def test_late_rank_large_collective_writes_nothing(latch_bytes):
     assert first_ok, "the first all-reduce was wrong"
     assert "ringcoll::allreduce #2 (rank 0 of 2)" in msg and "Timed out" in msg, msg
     assert untouched, "a reduction queued behind the aborted transfers wrote into y"
+
+
+def stalled_mid_collective(rank, p):
+    """Rank 0's second all-reduce is 8 segments a block (16 waves), rank 1's a quarter
+    of it (2 segments a block, 4 waves), and the fingerprint is off: rank 1's waves
+    pair with rank 0's first four, then rank 0 waits for a fifth that never comes, and
+    times out. Its first four waves were consumed while nothing had failed (their
+    reductions read a latched "go"); the reductions of waves five to eight are queued
+    behind the stuck receives and run once the transfers are aborted. They must skip,
+    which needs the latch refreshed after each receive's wait, not only at the job's
+    start: y then keeps its input on at least three quarters of its elements (the four
+    unreached segments of the block it reduces, and the block the all-gather never
+    reached), where a reduction of the staging buffers' stale bytes would change the
+    four segments (every byte received here is non-zero)."""
+    seg = 65536 // 4
+    x = torch.full((2 * 8 * seg,), float(rank + 1))
+    dist.all_reduce(x)
+    first_ok = bool(torch.equal(x, torch.full_like(x, 3.0)))
+    if rank == 1:
+        z = torch.full((2 * 2 * seg,), 5.0)
+        dist.all_reduce(z)  # pairs with rank 0's first four waves
+        time.sleep(4)
+        return None
+    y = torch.full((2 * 8 * seg,), 7.0)
+    msg, _ = _outcome(lambda: dist.all_reduce(y))
+    time.sleep(1)  # the queued work runs once the transfers are aborted, after the Work failed
+    return msg, first_ok, int((y == 7.0).sum()), y.numel()
+
+
+def test_stalled_peer_mid_collective_writes_no_stale_bytes():
+    res = mp.run_world(2, stalled_mid_collective, pg_timeout_s=2, transport="stream",
+                       timeout=120, env={"RINGCOLL_CHUNK_BYTES": "65536",
+                                         "RINGCOLL_FINGERPRINT": "0"})
+    msg, first_ok, untouched, n = res[0]
+    assert first_ok, "the first all-reduce was wrong"
+    assert "ringcoll::allreduce #2 (rank 0 of 2)" in msg and "Timed out" in msg, msg
+    assert untouched >= 3 * n // 4, (untouched, n, "stale staging bytes reached y")
 
 
 def injected_mid_enqueue(rank, p):

@@ -10,7 +10,9 @@
 // copies into the working buffer) runs on the launching thread once the compute
 // stream is idle, which orders it after earlier collectives' reductions as the
 // comm stream would (not after their transfers: the executor's join does that);
-// Work.wait() blocks the host; the future completes when the end is reached.
+// Work.wait() blocks the host; the future completes when the end is reached;
+// abortTransfers() returns once the compute stream drained (CUDA's returns at once
+// and the device runs the queued kernels, which skip, later).
 #pragma once
 
 #include <memory>

@@ -74,8 +74,8 @@ CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
   }
   // Header slots (engine/executor_waves.cc): this rank's, one per peer received, one
   // per peer sent when a job's headers differ per peer.
-  reducer_ = std::make_unique<CudaReducer>(stream_.stream(), 2 * static_cast<size_t>(size) + 1);
-  reducer_->setLatchBytes(stopLatchBytes);
+  reducer_ = std::make_unique<CudaReducer>(stream_.stream(), 2 * static_cast<size_t>(size) + 1,
+                                           stopLatchBytes);
   transport_->setJoinHook([r = reducer_.get()] { r->transfersJoined(); });
   executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, chunkBytes);
   executor_->setTracer(tracer);

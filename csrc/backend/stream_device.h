@@ -73,7 +73,10 @@ class StreamDevice {
   // reached on a device that is not intact means work was skipped or received
   // nothing: not a success.
   bool intact() { return !reducer().kernelsStopped() && transferError().empty(); }
-  // Transfers stuck on a peer give up (ncclCommAbort); idempotent.
+  // Transfers stuck on a peer give up (ncclCommAbort); idempotent. The caller sets
+  // the reducer's stop word first: the work queued behind those transfers then runs
+  // and skips (on CUDA later, on the device; the emulation drains its compute
+  // stream before it returns).
   virtual void abortTransfers() = 0;
   // The orderly end after a clean shutdown: what was enqueued reaches the peers,
   // at most `limit` (then abort). Called once, with nothing left to launch.

@@ -59,8 +59,8 @@
 //                                                transfers, not the host-mapped word in
 //                                                each block (reduce/reducer.h); 16 KiB
 //                                                is two blocks of the CUDA kernels. A
-//                                                huge value: every kernel reads the
-//                                                host word, as before (for A/B)
+//                                                huge value (1073741824): every kernel
+//                                                reads the host word, as before (A/B)
 //   ncclBlocking RINGCOLL_NCCL_BLOCKING connected  CUDA: how the NCCL communicator
 //                                                blocks. connected (default): created
 //                                                and connected non-blocking, so the

@@ -174,8 +174,8 @@ cudaError_t launchMultiply(void* buf, size_t count, DType dtype, double factor,
   });
 }
 
-CudaReducer::CudaReducer(cudaStream_t stream, size_t headerSlots)
-    : stream_(stream), headerSlots_(headerSlots) {
+CudaReducer::CudaReducer(cudaStream_t stream, size_t headerSlots, size_t latchBytes)
+    : stream_(stream), headerSlots_(headerSlots), latchBytes_(latchBytes) {
   // Host-mapped: the host sets `stop` with a plain store, with no CUDA call that
   // could queue behind a stuck kernel, and reads a device-detected mismatch without
   // synchronising.

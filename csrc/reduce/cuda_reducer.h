@@ -4,8 +4,8 @@
 // The stop word. Every kernel this reducer enqueues (reduce, copy, divide,
 // multiply) first reads a stop word and returns without touching memory when it is
 // set: a small kernel the host-mapped word itself, a large one a copy in device
-// memory refreshed after each wait for transfers (reducer.h says where and why). The backend's watchdog sets it (stopKernels) before it
-// aborts the communicator: the abort lets NCCL kernels stuck on a dead or late peer
+// memory refreshed after each wait for transfers (reducer.h says where and why).
+// The backend's watchdog sets it (stopKernels) before it aborts the communicator: the abort lets NCCL kernels stuck on a dead or late peer
 // exit, and the reductions queued behind them would otherwise run on staging
 // buffers that never received their data and write a wrong result into the user's
 // tensor. The device sets it too, when a received fingerprint header differs from
@@ -53,7 +53,9 @@ class CudaReducer final : public StreamOrderedReducer {
   // `headerSlots`: 64-byte device buffers for fingerprint headers: slot 0 for this
   // rank's, 1 + r for rank r's, 1 + p + r for this rank's to rank r when a job's
   // headers differ per peer (2p + 1 in all).
-  CudaReducer(cudaStream_t stream, size_t headerSlots);
+  // `latchBytes`: RINGCOLL_STOP_LATCH_BYTES; kernels writing more read the latched
+  // copy of the stop word (reducer.h).
+  CudaReducer(cudaStream_t stream, size_t headerSlots, size_t latchBytes);
   ~CudaReducer() override;
   CudaReducer(const CudaReducer&) = delete;
   CudaReducer& operator=(const CudaReducer&) = delete;
@@ -83,9 +85,6 @@ class CudaReducer final : public StreamOrderedReducer {
   void stopKernels() override;
   bool kernelsStopped() const override { return control_->stop != 0; }
   void transfersJoined() override { stale_.store(true, std::memory_order_relaxed); }
-  // Kernels writing more than this many bytes read the latched copy (reducer.h);
-  // RINGCOLL_STOP_LATCH_BYTES. The default is the CUDA device's.
-  void setLatchBytes(size_t bytes) { latchBytes_ = bytes; }
   int mismatchPeer() const override;
   void mismatchBytes(uint8_t* want, uint8_t* got) const override;
 
@@ -101,7 +100,7 @@ class CudaReducer final : public StreamOrderedReducer {
   void* headers_ = nullptr;                 // kHeaderSlots x kHeaderBytes, device
   int* latched_ = nullptr;                  // the device copy of the stop word
   std::atomic<bool> stale_{true};           // a transfer wait since the last latch
-  size_t latchBytes_ = size_t{16} << 10;
+  size_t latchBytes_;
 };
 
 }  // namespace ringcoll
