@@ -97,6 +97,19 @@ def test_kernels_match_torch(dtype, op):
             assert torch.equal(cpu, out.cpu())
 
 
+def test_kernel_stop_words():
+    """cuda_reduce with each stop word benchmarks/kernel_bw.py times: the same result
+    (the words are never set here), and an unknown one refused, naming it."""
+    a = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+    want = a + a
+    for word in ("", "host", "device"):
+        out = torch.empty_like(a)
+        ringcoll._C.cuda_reduce(a, a, "sum", out, stop_word=word)
+        assert torch.equal(out, want), word
+    with pytest.raises(RuntimeError, match="stop_word='latched'.*'host' or 'device'"):
+        ringcoll._C.cuda_reduce(a, a, "sum", torch.empty_like(a), stop_word="latched")
+
+
 @pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
 @pytest.mark.parametrize("op", ["sum", "min", "max"])
 def test_fp8_kernels_match_cpu_functors(dtype, op):

@@ -175,7 +175,7 @@ cudaError_t launchMultiply(void* buf, size_t count, DType dtype, double factor,
 }
 
 CudaReducer::CudaReducer(cudaStream_t stream, size_t headerSlots, size_t latchBytes)
-    : stream_(stream), headerSlots_(headerSlots), latchBytes_(latchBytes) {
+    : StreamOrderedReducer(latchBytes), stream_(stream), headerSlots_(headerSlots) {
   // Host-mapped: the host sets `stop` with a plain store, with no CUDA call that
   // could queue behind a stuck kernel, and reads a device-detected mismatch without
   // synchronising.
@@ -192,11 +192,15 @@ CudaReducer::CudaReducer(cudaStream_t stream, size_t headerSlots, size_t latchBy
 }
 
 const volatile int* CudaReducer::stopWord(size_t bytes) {
-  if (bytes <= latchBytes_) return &deviceControl_->stop;
-  if (stale_.load(std::memory_order_relaxed)) {
-    latchStopKernel<<<1, 1, 0, stream_>>>(&deviceControl_->stop, latched_);
-    RC_CUDA_CHECK(cudaGetLastError());
-    stale_.store(false, std::memory_order_relaxed);
+  switch (stopRead(bytes)) {
+    case StopRead::kHost:
+      return &deviceControl_->stop;
+    case StopRead::kLatchFirst:
+      latchStopKernel<<<1, 1, 0, stream_>>>(&deviceControl_->stop, latched_);
+      RC_CUDA_CHECK(cudaGetLastError());
+      [[fallthrough]];
+    case StopRead::kLatched:
+      break;
   }
   return latched_;
 }

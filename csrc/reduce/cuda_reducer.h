@@ -5,8 +5,8 @@
 // multiply) first reads a stop word and returns without touching memory when it is
 // set: a small kernel the host-mapped word itself, a large one a copy in device
 // memory refreshed after each wait for transfers (reducer.h says where and why).
-// The backend's watchdog sets it (stopKernels) before it aborts the communicator: the abort lets NCCL kernels stuck on a dead or late peer
-// exit, and the reductions queued behind them would otherwise run on staging
+// The backend's watchdog sets it (stopKernels) before it aborts the communicator:
+// the abort lets NCCL kernels stuck on a dead or late peer exit, and the reductions queued behind them would otherwise run on staging
 // buffers that never received their data and write a wrong result into the user's
 // tensor. The device sets it too, when a received fingerprint header differs from
 // this rank's (checkHeader): no payload of that collective is then reduced or
@@ -18,7 +18,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "reduce/reducer.h"
@@ -84,7 +83,6 @@ class CudaReducer final : public StreamOrderedReducer {
   // host-mapped control block.
   void stopKernels() override;
   bool kernelsStopped() const override { return control_->stop != 0; }
-  void transfersJoined() override { stale_.store(true, std::memory_order_relaxed); }
   int mismatchPeer() const override;
   void mismatchBytes(uint8_t* want, uint8_t* got) const override;
 
@@ -99,8 +97,6 @@ class CudaReducer final : public StreamOrderedReducer {
   DeviceControl* deviceControl_ = nullptr;  // the same memory, device address
   void* headers_ = nullptr;                 // kHeaderSlots x kHeaderBytes, device
   int* latched_ = nullptr;                  // the device copy of the stop word
-  std::atomic<bool> stale_{true};           // a transfer wait since the last latch
-  size_t latchBytes_;
 };
 
 }  // namespace ringcoll

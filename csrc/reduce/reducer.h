@@ -77,6 +77,8 @@ class Reducer {
 // run (it is not behind anything that failed).
 class StreamOrderedReducer : public Reducer {
  public:
+  // `latchBytes`: RINGCOLL_STOP_LATCH_BYTES.
+  explicit StreamOrderedReducer(size_t latchBytes) : latchBytes_(latchBytes) {}
   // Host side of the stop word: set it (no device call; small operations that
   // start after this returns skip, and large ones whose latch runs after it), and
   // read it.
@@ -84,11 +86,27 @@ class StreamOrderedReducer : public Reducer {
   virtual bool kernelsStopped() const = 0;
   // The compute stream was just made to wait for transfers (stream_transport.h's
   // join hook): the next large operation refreshes the device copy of the word
-  // first. Called on the enqueuing thread.
-  virtual void transfersJoined() = 0;
+  // first. Called on the enqueuing thread, as every operation is.
+  void transfersJoined() { stale_ = true; }
   // The peer whose header differed (-1: none yet), and both 64-byte headers.
   virtual int mismatchPeer() const = 0;
   virtual void mismatchBytes(uint8_t* want, uint8_t* got) const = 0;
+
+ protected:
+  // Which word an operation writing `bytes` reads, the policy above, for both
+  // implementations: the host's; the latched copy; or the latched copy after a
+  // refresh that the implementation enqueues first.
+  enum class StopRead { kHost, kLatched, kLatchFirst };
+  StopRead stopRead(size_t bytes) {
+    if (bytes <= latchBytes_) return StopRead::kHost;
+    if (!stale_) return StopRead::kLatched;
+    stale_ = false;
+    return StopRead::kLatchFirst;
+  }
+
+ private:
+  const size_t latchBytes_;
+  bool stale_ = true;  // a transfer wait since the last refresh (or none yet)
 };
 
 // SUM on float32, bfloat16 and float16 runs the SIMD kernels of the reducer's

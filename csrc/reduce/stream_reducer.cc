@@ -8,7 +8,7 @@
 namespace ringcoll {
 
 StreamReducer::StreamReducer(CpuStream& stream, size_t headerSlots, size_t latchBytes)
-    : stream_(stream), latchBytes_(latchBytes), headers_(headerSlots * kHeaderBytes) {}
+    : StreamOrderedReducer(latchBytes), stream_(stream), headers_(headerSlots * kHeaderBytes) {}
 
 void StreamReducer::reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
                            RedOp op) {

@@ -50,7 +50,6 @@ class StreamReducer final : public StreamOrderedReducer {
   // StreamOrderedReducer's, as CudaReducer's.
   void stopKernels() override { stop_.store(true, std::memory_order_release); }
   bool kernelsStopped() const override { return stop_.load(std::memory_order_acquire); }
-  void transfersJoined() override { stale_ = true; }
   int mismatchPeer() const override { return mismatchPeer_.load(std::memory_order_acquire); }
   void mismatchBytes(uint8_t* want, uint8_t* got) const override;
 
@@ -59,17 +58,19 @@ class StreamReducer final : public StreamOrderedReducer {
   // (the host's, or the latched copy: reducer.h) is set by then.
   template <typename Fn>
   void enqueue(size_t bytes, Fn fn) {
-    if (bytes <= latchBytes_) {
-      stream_.enqueue([this, fn] {
-        if (!kernelsStopped()) fn();
-      });
-      return;
-    }
-    if (stale_) {
-      stream_.enqueue([this] {
-        if (kernelsStopped()) latched_.store(true, std::memory_order_release);
-      });
-      stale_ = false;
+    switch (stopRead(bytes)) {
+      case StopRead::kHost:
+        stream_.enqueue([this, fn] {
+          if (!kernelsStopped()) fn();
+        });
+        return;
+      case StopRead::kLatchFirst:
+        stream_.enqueue([this] {
+          if (kernelsStopped()) latched_.store(true, std::memory_order_release);
+        });
+        [[fallthrough]];
+      case StopRead::kLatched:
+        break;
     }
     stream_.enqueue([this, fn] {
       if (!latched_.load(std::memory_order_acquire)) fn();
@@ -80,8 +81,6 @@ class StreamReducer final : public StreamOrderedReducer {
   CpuReducer cpu_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> latched_{false};  // the stream's copy of stop_ (sticky)
-  bool stale_ = true;                 // a transfer wait since the last latch
-  size_t latchBytes_;
   std::atomic<int> mismatchPeer_{-1};
   uint8_t want_[kHeaderBytes] = {};
   uint8_t got_[kHeaderBytes] = {};
