@@ -3,7 +3,8 @@
     pip install --no-build-isolation -e .
 
 The build imports torch (it compiles against torch's headers), hence
---no-build-isolation.
+--no-build-isolation. The package's metadata (name, version, Python, dependencies)
+is in pyproject.toml; this file adds the extension and the entry points.
 
 CPU or CUDA variant (_cuda_config below): the CUDA variant (CUDA kernels, NCCL
 transport) is built when torch is a CUDA build, nvcc is found (CUDA_HOME, else
@@ -24,8 +25,10 @@ try:
     from torch.utils import cpp_extension
 except ImportError:
     sys.exit(
-        "ringcoll: building needs torch installed first (pip install torch), and "
-        "pip install --no-build-isolation so the build can see it."
+        "ringcoll: the build cannot import torch, which it compiles against. Install torch "
+        "first (the README's first set-up command), then build with "
+        "`pip install --no-build-isolation -e .`: without --no-build-isolation pip builds "
+        "in an environment of its own, where the installed torch is not visible."
     )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -131,10 +134,8 @@ def _entry_points():
         groups["torch.backends"] = ["ringcoll = ringcoll_autoload:at_torch_import"]
     return groups
 
+# name, version, Python and dependencies: pyproject.toml.
 setup(
-    name="ringcoll",
-    version="0.1.0",
-    description="Readable ring collectives as a torch.distributed backend",
     packages=find_packages(include=["ringcoll", "ringcoll.*"]),
     # Outside the package: torch loads it even where the package cannot load.
     py_modules=["ringcoll_autoload"],
@@ -142,5 +143,4 @@ setup(
     entry_points=_entry_points(),
     ext_modules=[_extension()],
     cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
-    python_requires=">=3.9",
 )
