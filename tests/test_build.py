@@ -9,6 +9,10 @@ import sys
 import pytest
 import torch
 
+# Runs on every torch CI tests (tests/conftest.py): the build's choices read the torch
+# it builds against.
+pytestmark = pytest.mark.every_torch
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
