@@ -57,6 +57,28 @@ def _nccl_home():
     return None
 
 
+def _cuda_home():
+    """(the CUDA toolkit to build with, None) or (None, why there is none): CUDA_HOME
+    if set, else torch's guess and then /usr/local/cuda, the first that has nvcc and
+    the runtime's headers. torch guesses from `which nvcc`, and a wrapper script in
+    /usr/local/bin makes that /usr/local, which has no headers."""
+    def usable(home):
+        return (os.path.exists(os.path.join(home, "bin", "nvcc"))
+                and os.path.exists(os.path.join(home, "include", "cuda_runtime_api.h")))
+
+    if os.environ.get("CUDA_HOME"):
+        home = os.environ["CUDA_HOME"]
+        if usable(home):
+            return home, None
+        return None, f"CUDA_HOME={home} has no bin/nvcc with include/cuda_runtime_api.h"
+    tried = [h for h in dict.fromkeys([cpp_extension.CUDA_HOME, "/usr/local/cuda"]) if h]
+    for home in tried:
+        if usable(home):
+            return home, None
+    return None, (f"no CUDA toolkit (bin/nvcc and include/cuda_runtime_api.h) in "
+                  f"{' or '.join(tried)}; set CUDA_HOME")
+
+
 def _cuda_config():
     """None for the CPU variant, else (nvcc path, nccl include, nccl lib)."""
     want = os.environ.get("RINGCOLL_CUDA", "").strip()
@@ -67,10 +89,9 @@ def _cuda_config():
     missing = []
     if torch.version.cuda is None:
         missing.append(f"torch {torch.__version__} is not a CUDA build")
-    cuda_home = os.environ.get("CUDA_HOME") or cpp_extension.CUDA_HOME or "/usr/local/cuda"
-    nvcc = os.path.join(cuda_home, "bin", "nvcc")
-    if not os.path.exists(nvcc):
-        missing.append(f"nvcc not found at {nvcc} (set CUDA_HOME)")
+    cuda_home, why = _cuda_home()
+    if why:
+        missing.append(why)
     nccl = _nccl_home()
     if nccl is None:
         missing.append("NCCL headers/library not found (the nvidia-nccl wheel)")
@@ -83,7 +104,7 @@ def _cuda_config():
     os.environ["CUDA_HOME"] = cuda_home
     cpp_extension.CUDA_HOME = cuda_home
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
-    return nvcc, nccl[0], nccl[1]
+    return os.path.join(cuda_home, "bin", "nvcc"), nccl[0], nccl[1]
 
 
 def _extension():

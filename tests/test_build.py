@@ -37,6 +37,18 @@ def test_forced_cuda_without_cuda_torch_fails_naming_why():
     assert "is not a CUDA build" in out
 
 
+def test_cuda_home_without_headers_is_named(tmp_path):
+    """A CUDA_HOME with nvcc but no runtime headers (/usr/local, where a wrapper in
+    /usr/local/bin makes torch look) is not a toolkit: the build says so instead of
+    failing later on a missing cuda_runtime_api.h."""
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvcc").write_text("#!/bin/sh\n")
+    r = _setup({"RINGCOLL_CUDA": "1", "CUDA_HOME": str(tmp_path)})
+    assert r.returncode != 0
+    assert f"CUDA_HOME={tmp_path} has no bin/nvcc with include/cuda_runtime_api.h" in (
+        r.stderr + r.stdout)
+
+
 def test_forced_cpu_variant_is_accepted():
     r = _setup({"RINGCOLL_CUDA": "0"})
     assert r.returncode == 0, r.stderr
