@@ -7,7 +7,8 @@
 #   bash benchmarks/gpu_session.sh build hostcost ab tests large memcheck
 #
 #   build     the CUDA variant in place (setup.py build_ext; pip may try to fetch)
-#   tests     tests/test_gpu.py, 2-4 ranks sharing the GPU (pytest-xdist -n 4)
+#   tests     tests/test_gpu.py, 2-4 ranks sharing the GPU (pytest-xdist -n 4;
+#             TEST_SELECT: a -k expression for a part of it)
 #   memcheck  compute-sanitizer memcheck on tests/gpu_sanitize.py (3 ranks)
 #   hostcost  benchmarks/gpu_host_cost.py: both views of a small all-reduce and
 #             ringcoll's per-call breakdown beside NCCL's, p = 2 and 4
@@ -57,7 +58,8 @@ for step in "$@"; do
       "$PY" -c "import ringcoll; print('ringcoll', ringcoll.build_info())" 2>&1 | tee -a "$LOG" ;;
     tests)
       mps_off
-      timeout ${TEST_LIMIT_S:-260} "$PY" -m pytest -q -rfE -n ${TEST_WORKERS:-4} tests/test_gpu.py \
+      timeout ${TEST_LIMIT_S:-260} "$PY" -m pytest -q -rfE -n ${TEST_WORKERS:-4} \
+        ${TEST_SELECT:+-k "$TEST_SELECT"} tests/test_gpu.py \
         > "$OUT/test_gpu.log" 2>&1 || rc=1
       tail -15 "$OUT/test_gpu.log" | tee -a "$LOG" ;;
     memcheck)
@@ -70,7 +72,7 @@ for step in "$@"; do
       mps_on
       timeout ${HOSTCOST_LIMIT_S:-150} "$PY" benchmarks/gpu_host_cost.py --nproc 2 4 \
         --sizes 8 65536 --calls 20 --rounds 3 \
-        --variants ringcoll,ringcoll+gpu_algo=ring,ringcoll+gpu_algo=twoshot \
+        --variants ${HOSTCOST_VARIANTS:-ringcoll,ringcoll+gpu_algo=ring,ringcoll+gpu_algo=twoshot} \
         > "$OUT/host_cost.txt" 2>&1 || rc=1
       cat "$OUT/host_cost.txt" >> "$LOG" ;;
     ab)
