@@ -52,6 +52,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", help="ringcoll.bench JSON files of one GPU machine")
     ap.add_argument("--out", default="bench-out/model-gpu")
+    ap.add_argument("--device", default="one GPU shared by the ranks (--share-gpu)",
+                    help="the GPU the measurements ran on, for the calibration's meta")
     a = ap.parse_args()
     rows, meta = [], {}
     for path in a.runs:
@@ -68,7 +70,7 @@ def main():
     cal.meta = {"command": "python benchmarks/gpu_calibrate.py " + " ".join(sys.argv[1:]),
                 "measured_by": meta.get("command"), "torch": meta.get("torch"),
                 "ringcoll_build": meta.get("ringcoll_build"), "platform": meta.get("platform"),
-                "device": meta.get("gpu", "one GPU shared by the ranks (--share-gpu)"),
+                "device": a.device,
                 "units": "seconds; alpha per message end, beta per byte end, step per "
                          "batch, gamma per byte reduced and copy per byte copied on the GPU",
                 "median_error": statistics.median(errs)}
