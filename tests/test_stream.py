@@ -459,19 +459,21 @@ def test_in_flight_bound_waits_for_room():
     assert res[1][0] and res[1][1] < 0.5, res[1]  # the late rank found its peer there
 
 
-def bounded_world(rank, p):
+def stalled_peer_world(rank, p, abort_after_s):
     """Rank 1 stops calling; rank 0 issues async all-reduces until its launch waits
-    for room (RINGCOLL_MAX_BATCHES_IN_FLIGHT=2) and another thread aborts the group:
-    the launch that waited raises promptly, naming the abort."""
+    for room (RINGCOLL_MAX_BATCHES_IN_FLIGHT=2). With `abort_after_s`, another thread
+    aborts the group then; without, nobody does. Returns what the launch that waited
+    raised, how many launches returned before it, and how long they all took."""
     if rank == 1:
         dist.barrier(group=mp.GLOO)
-        time.sleep(6)
+        time.sleep(8)
         return None
     dist.barrier(group=mp.GLOO)
     x = torch.ones(8)
     works, err = [], None
-    timer = threading.Timer(1.0, dist.group.WORLD.abort)
-    timer.start()
+    timer = threading.Timer(abort_after_s, dist.group.WORLD.abort) if abort_after_s else None
+    if timer:
+        timer.start()
     t0 = time.monotonic()
     try:
         for _ in range(4):
@@ -479,12 +481,16 @@ def bounded_world(rank, p):
     except dist.DistBackendError as e:
         err = str(e)
     elapsed = time.monotonic() - t0
-    timer.join()
+    if timer:
+        timer.join()
     return err, len(works), elapsed
 
 
 def test_in_flight_bound_waits_and_can_be_aborted():
-    res = mp.run_world(2, bounded_world, transport="stream", pg_timeout_s=60, timeout=120,
+    """The launch that waits for room holds no lock: an abort from another thread
+    makes it raise promptly, naming the abort."""
+    res = mp.run_world(2, stalled_peer_world, 1.0, transport="stream", pg_timeout_s=60,
+                       timeout=120,
                        env={"RINGCOLL_FINGERPRINT": "0", "RINGCOLL_MAX_BATCHES_IN_FLIGHT": "2"})
     err, issued, elapsed = res[0]
     assert issued == 2, (issued, err)  # the third waited for room
@@ -492,27 +498,10 @@ def test_in_flight_bound_waits_and_can_be_aborted():
     assert 0.9 < elapsed < 5, elapsed
 
 
-def stalled_bound_world(rank, p):
-    if rank == 1:
-        dist.barrier(group=mp.GLOO)
-        time.sleep(8)
-        return None
-    dist.barrier(group=mp.GLOO)
-    x = torch.ones(8)
-    works = []
-    t0 = time.monotonic()
-    try:
-        for _ in range(4):
-            works.append(dist.all_reduce(x, async_op=True))
-    except dist.DistBackendError as e:
-        return str(e), len(works), time.monotonic() - t0
-    return None, len(works), time.monotonic() - t0
-
-
 def test_in_flight_bound_times_out_naming_the_wait():
     """Nobody aborts: the launch that waits for room gives up after the group's
     timeout (the watchdog fails the earlier calls meanwhile), never hangs."""
-    res = mp.run_world(2, stalled_bound_world, transport="stream", pg_timeout_s=2, timeout=120,
+    res = mp.run_world(2, stalled_peer_world, 0, transport="stream", pg_timeout_s=2, timeout=120,
                        env={"RINGCOLL_FINGERPRINT": "0", "RINGCOLL_MAX_BATCHES_IN_FLIGHT": "2"})
     err, issued, elapsed = res[0]
     assert issued == 2, (issued, err)

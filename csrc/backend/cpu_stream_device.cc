@@ -2,19 +2,9 @@
 
 #include <stdexcept>
 
-namespace ringcoll {
+#include "common/errors.h"
 
-namespace {
-std::string describe(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-}  // namespace
+namespace ringcoll {
 
 struct CpuStreamDevice::End : StreamDevice::Event {
   explicit End(CpuStream::MarkerPtr m) : m(std::move(m)) {}

@@ -77,18 +77,6 @@ bool CpuStreamTransport::reached(const MarkerPtr& m) {
   return static_cast<HostMarker&>(*m).m->done();
 }
 
-namespace {
-std::string describe(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-}  // namespace
-
 void CpuStreamTransport::fail(std::exception_ptr e) {
   std::lock_guard<std::mutex> lock(failureMutex_);
   if (failure_.empty()) failure_ = describe(e);
