@@ -195,8 +195,9 @@ py::dict exchangeSchedule(const std::string& collective, int p, int rank, size_t
 }
 
 // The executor's plan of one rank's schedule, for the plan tests: a list of
-// (kind, peer, step, begin, count, deps, forward, local_live, wave), wave being the
-// index of the op's wave (-1 for finishing passes, which belong to none).
+// (kind, peer, step, begin, count, deps, forward, local_live, wave, seg), wave being
+// the index of the op's wave (-1 for finishing passes and local operations, which
+// belong to none) and seg the op's segment index within its transfer.
 py::list planOps(const std::string& algoName, const std::string& collective, int p, int rank,
                  size_t n, size_t segElems, bool finish, int root) {
   using ringcoll::algo::OpKind;
@@ -218,8 +219,29 @@ py::list planOps(const std::string& algoName, const std::string& collective, int
     py::list deps;
     for (uint32_t d = op.depBegin; d < op.depEnd; ++d) deps.append(plan.deps[d]);
     out.append(py::make_tuple(kind, op.peer, op.step, op.begin, op.count, deps, op.forward,
-                              op.localLive, waveOf[k]));
+                              op.localLive, waveOf[k], op.seg));
   }
+  return out;
+}
+
+// The batch (layer) each step of a collective falls in on a stream-ordered
+// transport with segments of seg_elems elements, for every rank at once: step s
+// starts a new layer where any rank's plan starts one (engine/plan.h's
+// stepLayers), so a layer is a run of steps every rank batches together. For the
+// cost model's GPU transport (ringcoll/model), which pays per batch, not per step.
+std::vector<int> scheduleLayers(const std::string& algoName, const std::string& collective,
+                                int p, size_t n, size_t segElems, int root) {
+  TORCH_CHECK(p >= 1 && segElems >= 1, "schedule_layers: p = ", p, ", seg_elems = ", segElems);
+  std::vector<uint8_t> starts;
+  for (int r = 0; r < p; ++r) {
+    const auto sched = buildSchedule(algoName, collective, p, r, n, root, {});
+    const auto plan = ringcoll::algo::compilePlan(sched, segElems, /*finish=*/false, r);
+    const auto layers = ringcoll::algo::stepLayers(plan, sched.steps.size());
+    if (starts.size() < layers.size()) starts.resize(layers.size(), 0);
+    for (size_t s = 1; s < layers.size(); ++s) starts[s] |= layers[s] != layers[s - 1];
+  }
+  std::vector<int> out(starts.size(), 0);
+  for (size_t s = 1; s < starts.size(); ++s) out[s] = out[s - 1] + (starts[s] ? 1 : 0);
   return out;
 }
 
@@ -357,6 +379,31 @@ at::Tensor cudaReduce(const at::Tensor& a, const at::Tensor& b, const std::strin
   return out;
 }
 
+// dst = op(...op(dst, srcs[0])..., srcs[k-1]) with the fused kernel (launchReduceMany,
+// the executor's fused consume), on the current stream, for kernel tests: the same
+// bits as k cuda_reduce calls. Every view at dst's offset from a 16-byte boundary
+// (else the launcher refuses: the reducer then folds one source at a time).
+at::Tensor cudaReduceMany(at::Tensor dst, const std::vector<at::Tensor>& srcs,
+                          const std::string& opName) {
+  auto it = opNames().find(opName);
+  TORCH_CHECK(it != opNames().end(), "unknown op ", opName);
+  const auto dtype = ringcoll::checks::tensorDType("cuda_reduce_many", dst, "dst");
+  TORCH_CHECK(dst.is_cuda() && dst.is_contiguous(), "cuda_reduce_many: a contiguous cuda dst");
+  std::vector<const void*> ptrs;
+  for (const auto& s : srcs) {
+    TORCH_CHECK(s.is_cuda() && s.is_contiguous() && s.numel() == dst.numel() &&
+                    s.scalar_type() == dst.scalar_type(),
+                "cuda_reduce_many: contiguous cuda sources like dst");
+    ptrs.push_back(s.data_ptr());
+  }
+  c10::cuda::CUDAGuard guard(dst.device());
+  const cudaError_t err = ringcoll::launchReduceMany(
+      dst.data_ptr(), ptrs.data(), ptrs.size(), dst.numel(), dtype, it->second,
+      c10::cuda::getCurrentCUDAStream(dst.device().index()).stream());
+  TORCH_CHECK(err == cudaSuccess, "cuda_reduce_many: ", cudaGetErrorString(err));
+  return dst;
+}
+
 at::Tensor cudaScale(const at::Tensor& a, const std::string& how, double value) {
   const auto dtype = ringcoll::checks::tensorDType("cuda_scale", a, "a");
   at::Tensor out = a.contiguous().clone();
@@ -459,7 +506,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                              [](const RingcollBackend& b) { return b.knobs().describe(); })
       .def_property_readonly("links", &RingcollBackend::links,
                              "The CPU transport of each peer's link (\"shm\", \"gloo\"; "
-                             "\"\" for this rank).");
+                             "\"\" for this rank).")
+      .def("stream_stats", &RingcollBackend::streamStats, py::arg("cuda"),
+           py::arg("reset") = false, py::arg("timing") = -1,
+           "What the stream path of CUDA tensors (cuda=True) or of the CPU emulation "
+           "(RINGCOLL_TRANSPORT=stream) enqueued so far: counts (collectives, batches, "
+           "batches_on_compute, posts, kernels, markers, stream_waits, host_waits) and host "
+           "nanoseconds by part (launch_ns, ready_ns, batch_ns, marker_ns, kernel_ns, "
+           "end_ns; kept only while timing is on: timing=1). Empty before the path's "
+           "first collective. reset=True zeroes them after reading.",
+           py::call_guard<py::gil_scoped_release>());
 
   // Registered so that pybind11 finds a returned Work's own type at its first look:
   // an unregistered subclass costs a failed search of every type table (about a
@@ -509,6 +565,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("rank"), py::arg("n") = 0, py::arg("root") = 0,
         py::arg("send_counts") = std::vector<size_t>{},
         py::arg("recv_counts") = std::vector<size_t>{}, py::arg("algo") = "direct");
+  m.def("schedule_layers", &scheduleLayers, py::arg("algo"), py::arg("collective"),
+        py::arg("p"), py::arg("n"), py::arg("seg_elems"), py::arg("root") = 0);
   m.def("plan_ops", &planOps, py::arg("algo"), py::arg("collective"), py::arg("p"),
         py::arg("rank"), py::arg("n"), py::arg("seg_elems"), py::arg("finish") = false,
         py::arg("root") = 0);
@@ -537,6 +595,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #ifdef RINGCOLL_WITH_CUDA
   m.def("cuda_reduce", &cudaReduce, py::arg("a"), py::arg("b"), py::arg("op"), py::arg("out"),
         py::arg("stop_word") = "");
+  m.def("cuda_reduce_many", &cudaReduceMany, py::arg("dst"), py::arg("srcs"), py::arg("op"));
   m.def("cuda_scale", &cudaScale);
 #endif
   m.def("cpu_scale", &cpuScale);

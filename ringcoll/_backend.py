@@ -17,6 +17,7 @@ _P2P_PREFIX = "ringcoll/p2p"
 # Store keys of RINGCOLL_ALGO=auto's resolution (same per-group prefixing).
 _AUTO_HOST = "ringcoll/auto/host/"
 _AUTO_VALUE = "ringcoll/auto/value"
+_AUTO_GPU_VALUE = "ringcoll/auto/gpu-value"
 
 
 def _knob(overrides, name, default=None):
@@ -24,51 +25,74 @@ def _knob(overrides, name, default=None):
 
 
 def _resolve_auto(overrides, store, rank, size):
-    """RINGCOLL_ALGO with `auto` replaced by the cost model's choice (model/auto.py).
+    """RINGCOLL_ALGO and RINGCOLL_GPU_ALGO with `auto` replaced by the cost model's
+    choice (model/auto.py).
 
-    Rank 0 resolves it and shares the value through the store, so every rank runs
-    the same selection even if their calibration files or environments differ.
-    The transport it is resolved for: RINGCOLL_TRANSPORT if it names one, else shm
-    when every rank shares rank 0's host (the identity the backend uses:
-    RINGCOLL_HOST, else hostname and boot id) and gloo otherwise (the slowest link
-    class; a mixed topology is modelled as all gloo)."""
+    Rank 0 resolves them and shares the values through the store, so every rank
+    runs the same selection even if their calibration files or environments differ.
+    RINGCOLL_ALGO is resolved for the host transport: RINGCOLL_TRANSPORT if it
+    names one, else shm when every rank shares rank 0's host (the identity the
+    backend uses: RINGCOLL_HOST, else hostname and boot id) and gloo otherwise (the
+    slowest link class; a mixed topology is modelled as all gloo). CUDA tensors'
+    choice (RINGCOLL_GPU_ALGO, which follows RINGCOLL_ALGO when unset) is resolved
+    for the "nccl" transport: the calibration's, else the built-in GPU constants
+    (model.GPU_LINK), with this group's GPU segment size and header setting."""
     import dataclasses
 
-    from .model import auto, load
+    from .model import DEFAULTS, auto, load
 
     value = _knob(overrides, "RINGCOLL_ALGO", "ring")
-    if not auto.wants_auto(value):
+    gpu_value = _knob(overrides, "RINGCOLL_GPU_ALGO")
+    if gpu_value is None and _knob(overrides, "RINGCOLL_ALGO") is not None:
+        gpu_value = value
+    if not auto.wants_auto(value) and not auto.wants_auto(gpu_value):
         return overrides
-    _C.knobs({**overrides, "RINGCOLL_ALGO": "ring"})  # the other knobs, before they are used
+    # the other knobs, before they are used
+    _C.knobs({**overrides, "RINGCOLL_ALGO": "ring", "RINGCOLL_GPU_ALGO": "ring"})
     transport = _knob(overrides, "RINGCOLL_TRANSPORT", "auto")
-    if transport == "auto" and size > 1:
+    # The host transport matters only to a host choice that wants auto (every rank
+    # agrees on that: the knobs are shared).
+    find_hosts = transport == "auto" and size > 1 and auto.wants_auto(value)
+    if find_hosts:
         store.set(_AUTO_HOST + str(rank), _knob(overrides, "RINGCOLL_HOST") or _C.this_host())
     if rank == 0:
-        if transport == "auto":
+        if find_hosts:
             hosts = {store.get(_AUTO_HOST + str(r)).decode() for r in range(size)} if size > 1 else set()
             transport = "shm" if len(hosts) <= 1 else "gloo"
         try:
-            # Predicted with this group's segment size and fingerprint setting.
+            # Predicted with this group's segment sizes and fingerprint settings.
             cal = load()
+            on = ("1", "true")
+            fingerprint = _knob(overrides, "RINGCOLL_FINGERPRINT", "1") in on
+            gpu = cal.transports.get("nccl") or DEFAULTS.transports["nccl"]
+            gpu = dataclasses.replace(
+                gpu, chunk_bytes=int(_knob(overrides, "RINGCOLL_GPU_CHUNK_BYTES", 8 << 20)),
+                fingerprint=int(fingerprint and
+                                _knob(overrides, "RINGCOLL_GPU_FINGERPRINT", "0") in on))
             cal = dataclasses.replace(
                 cal, chunk_bytes=int(_knob(overrides, "RINGCOLL_CHUNK_BYTES", cal.chunk_bytes)),
-                fingerprint=_knob(overrides, "RINGCOLL_FINGERPRINT", "1") in ("1", "true"))
+                fingerprint=fingerprint, transports={**cal.transports, "nccl": gpu})
             resolved = auto.resolve(value, size, transport, cal)
+            gpu_resolved = (auto.resolve(gpu_value, size, "nccl", cal)
+                            if gpu_value is not None else "")
         except ValueError as e:
-            resolved = "!" + str(e)  # every rank raises the same error
+            resolved = gpu_resolved = "!" + str(e)  # every rank raises the same error
         store.set(_AUTO_VALUE, resolved)
+        store.set(_AUTO_GPU_VALUE, gpu_resolved)
     else:
         resolved = store.get(_AUTO_VALUE).decode()
+        gpu_resolved = store.get(_AUTO_GPU_VALUE).decode()
     if resolved.startswith("!"):
         raise ValueError(f"ringcoll: {resolved[1:]}")
+    out = dict(overrides)
+    if auto.wants_auto(value):  # else unset stays unset (it turns the small path off)
+        out["RINGCOLL_ALGO"] = resolved
+    if gpu_resolved:
+        out["RINGCOLL_GPU_ALGO"] = gpu_resolved
     if _knob(overrides, "RINGCOLL_DEBUG", "0") in ("1", "true"):
-        print(f"[ringcoll rank {rank}/{size}] RINGCOLL_ALGO={value} resolved to {resolved}",
-              file=sys.stderr, flush=True)
-    out = {**overrides, "RINGCOLL_ALGO": resolved}
-    # The model is calibrated on the CPU transports: CUDA tensors run ring until it
-    # has a calibration of its own, unless RINGCOLL_GPU_ALGO says otherwise.
-    if _knob(overrides, "RINGCOLL_GPU_ALGO") is None:
-        out["RINGCOLL_GPU_ALGO"] = "ring"
+        print(f"[ringcoll rank {rank}/{size}] RINGCOLL_ALGO={value} resolved to {resolved}"
+              + (f"; for CUDA tensors RINGCOLL_GPU_ALGO={gpu_value} resolved to {gpu_resolved}"
+                 if gpu_resolved else ""), file=sys.stderr, flush=True)
     return out
 
 

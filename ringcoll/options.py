@@ -26,6 +26,7 @@ class Options:
     gpu_chunk_bytes: int | None = None  # RINGCOLL_GPU_CHUNK_BYTES (>= 64)
     gpu_fingerprint: bool | None = None  # RINGCOLL_GPU_FINGERPRINT (experimental)
     stop_latch_bytes: int | None = None  # RINGCOLL_STOP_LATCH_BYTES (stream paths)
+    max_batches_in_flight: int | None = None  # RINGCOLL_MAX_BATCHES_IN_FLIGHT (stream paths)
     nccl_blocking: bool | str | None = None  # RINGCOLL_NCCL_BLOCKING (CUDA): connected | 0 | 1
     blocking_wait: bool | None = None  # RINGCOLL_BLOCKING_WAIT (CUDA)
     async_error_handling: str | None = None  # RINGCOLL_ASYNC_ERROR_HANDLING: teardown | raise
@@ -59,6 +60,8 @@ class Options:
             out["RINGCOLL_GPU_FINGERPRINT"] = "1" if self.gpu_fingerprint else "0"
         if self.stop_latch_bytes is not None:
             out["RINGCOLL_STOP_LATCH_BYTES"] = str(int(self.stop_latch_bytes))
+        if self.max_batches_in_flight is not None:
+            out["RINGCOLL_MAX_BATCHES_IN_FLIGHT"] = str(int(self.max_batches_in_flight))
         if self.nccl_blocking is not None:
             b = self.nccl_blocking
             out["RINGCOLL_NCCL_BLOCKING"] = ("1" if b else "0") if isinstance(b, bool) else str(b)

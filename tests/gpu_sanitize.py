@@ -1,5 +1,6 @@
-"""Two ranks sharing one GPU run all-reduce, broadcast and reduce-scatter on sizes 0,
-1, 3, 1001 and 1 Mi floats, each checked exactly. Meant to run under compute-sanitizer,
+"""Three ranks sharing one GPU run all-reduce, broadcast and reduce-scatter on sizes
+0, 1, 3, 1001 and 1 Mi floats, each checked exactly (the small ones by the CUDA
+default's one-hop algorithms, whose fused fold of several inputs needs p >= 3). Meant to run under compute-sanitizer,
 which follows the spawned ranks with --target-processes all:
 
     compute-sanitizer --tool memcheck --report-api-errors no --target-processes all \
@@ -47,7 +48,7 @@ def world(rank, p):
 
 
 def main() -> int:
-    p = 2
+    p = 3
     envs = [share_gpu_env(r) for r in range(p)]
     res = mp.run_world(p, world, timeout=170,
                        rank_env={k: [e[k] for e in envs] for k in envs[0]})

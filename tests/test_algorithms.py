@@ -92,8 +92,17 @@ def _reducing(failures, rank, p, algo, colls, group, pairs, counts, roots, label
                 ins = [cases.make_input(r, p * n, dtype, op, p) for r in range(p)]
                 full = cases.reference(ins, op, dtype, p)
                 out = torch.empty(n, dtype=dtype)
-                dist.reduce_scatter_tensor(out, ins[rank].clone(), op=rop, group=group)
+                src = ins[rank].clone()
+                dist.reduce_scatter_tensor(out, src, op=rop, group=group)
                 _check(failures, f"reducescatter {what}", out, full[rank * n:(rank + 1) * n])
+                # the input is read where it is (a schedule that writes only its
+                # block, two-shot's) or copied (the ring's): either way kept
+                _check(failures, f"reducescatter keeps its input {what}", src, ins[rank])
+                # in place: the output is the input's own block
+                buf = ins[rank].clone()
+                dist.reduce_scatter_tensor(buf[rank * n:(rank + 1) * n], buf, op=rop, group=group)
+                _check(failures, f"reducescatter in place {what}", buf[rank * n:(rank + 1) * n],
+                       full[rank * n:(rank + 1) * n])
 
 
 def _copying(failures, rank, p, algo, colls, group, dtypes, counts, roots, label):

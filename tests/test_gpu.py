@@ -97,6 +97,32 @@ def test_kernels_match_torch(dtype, op):
             assert torch.equal(cpu, out.cpu())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.int32,
+                                   torch.int8, torch.float64])
+@pytest.mark.parametrize("op", ["sum", "product", "max"])
+def test_kernels_fold_many_like_one_at_a_time(dtype, op):
+    """The fused fold (one kernel for one-shot's p - 1 inputs) gives the bits of k
+    reduce kernels in the same order: rounding after every op, as each launch does."""
+    gen = torch.Generator().manual_seed(2)
+    dev = torch.device("cuda", 0)
+    for n in (1, 7, 33, 1000, (1 << 18) + 5):
+        for k in (1, 2, 3, 8):
+            for off in (0, 1, 3):
+                dst0 = _inputs(n + 8, dtype, gen, dev)[0].to(dev)
+                srcs = [_inputs(n + 8, dtype, gen, dev)[0].to(dev)[off:off + n] for _ in range(k)]
+                want = dst0[off:off + n].clone()
+                for s_ in srcs:
+                    ringcoll._C.cuda_reduce(want, s_, op, want)
+                got = dst0.clone()[off:off + n]
+                ringcoll._C.cuda_reduce_many(got, srcs, op)
+                # exact (products of several inputs overflow half types to inf alike)
+                torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True,
+                                           msg=f"{dtype} {op} n={n} k={k} off={off}")
+    a = torch.zeros(128, dtype=torch.float32, device=dev)
+    with pytest.raises(RuntimeError, match="cuda_reduce_many"):  # sources off dst's offset
+        ringcoll._C.cuda_reduce_many(a[1:33], [a[64:96]], "sum")
+
+
 def test_kernel_stop_words():
     """cuda_reduce with each stop word benchmarks/kernel_bw.py times: the same result
     (the words are never set here), and an unknown one refused, naming it."""

@@ -455,7 +455,7 @@ def test_plan_orders_every_conflict(collective, p, n, seg, algo="ring"):
     for rank in range(p):
         ops = _C.plan_ops(algo, collective, p, rank, n, seg, finish=True)
         reach = []  # transitive dependencies of each op
-        for i, (kind, peer, step, b, cnt, deps, fwd, live, _) in enumerate(ops):
+        for i, (kind, peer, step, b, cnt, deps, fwd, live, _, _) in enumerate(ops):
             assert all(d < i for d in deps), f"op {i} depends on a later op"
             assert cnt <= seg and cnt > 0
             r = set(deps)
@@ -463,7 +463,7 @@ def test_plan_orders_every_conflict(collective, p, n, seg, algo="ring"):
                 r |= reach[d]
             reach.append(r)
             for j in range(i):
-                kj, _, _, bj, cj, _, _, _, _ = ops[j]
+                kj, _, _, bj, cj, _, _, _, _, _ = ops[j]
                 overlap = bj < b + cnt and b < bj + cj
                 conflict = overlap and (_writes(kind) or _writes(kj))
                 if conflict:
@@ -509,52 +509,82 @@ def test_plan_forwards_reductions():
 @pytest.mark.parametrize("collective, p, n, seg", [
     ("allreduce", 2, 9, 2), ("allreduce", 3, 20, 3), ("allreduce", 5, 101, 4),
     ("reduce_scatter", 4, 32, 3), ("allgather", 3, 21, 2), ("broadcast", 4, 23, 5),
+    # one segment per transfer: steps group into layers where they can
+    ("allreduce", 4, 32, 64), ("reduce_scatter", 5, 25, 64), ("broadcast", 5, 23, 64),
 ])
 def test_waves_pair_across_ranks(collective, p, n, seg, algo="ring", root=0):
-    """A stream-ordered transport (NCCL) gets one batch per wave, and a batch can only
-    complete with the peers' batch of the same wave. So every wave must be ordered
-    the same way on every rank, and each send in wave w must meet its receive in
-    wave w of the peer, of the same size, in the same order per pair."""
+    """A stream-ordered transport (NCCL) gets one batch per wave (plan.h). No rank may
+    wait forever for a peer: each rank's batches hold ascending (step, segment)
+    ranges, a batch that spans steps holds only transfers of one segment, and the
+    k-th message from a to b is the same step, segment and size on both ranks. A
+    rank may group steps its peers keep apart (plan.h says why that is safe)."""
     plans = [_C.plan_ops(algo, collective, p, r, n, seg, finish=True, root=root)
              for r in range(p)]
-    keyed = []  # per rank: wave index -> (step, segment) it stands for
+    segs_of = []  # per rank: op index -> its segment index within its transfer
     for r, ops in enumerate(plans):
         waves = {}
-        for kind, peer, step, b, cnt, deps, fwd, live, wave in ops:
+        for kind, peer, step, b, cnt, deps, fwd, live, wave, sg in ops:
             if kind in ("finish", "local_copy", "local_reduce"):
                 assert wave == -1  # no transfer: in no batch
                 continue
-            waves.setdefault(wave, set()).add(step)
+            waves.setdefault(wave, []).append((step, sg))
         assert sorted(waves) == list(range(len(waves))), f"rank {r}: waves {sorted(waves)}"
-        assert all(len(steps) == 1 for steps in waves.values()), f"rank {r}: a wave spans steps"
-        keyed.append(waves)
-    # Each batch the executor posts (a wave: the plan's own numbering, local to a rank)
-    # named by what it is globally: (step, its rank among that step's waves).
-    names = []
-    for waves in keyed:
-        per_step = {}
-        for w in sorted(waves):
-            (step,) = waves[w]
-            per_step.setdefault(step, []).append(w)
-        names.append({w: (s, ws.index(w)) for s, ws in per_step.items() for w in ws})
+        seg_index = {i: o[9] for i, o in enumerate(ops)}
+        by_wave = {}
+        for i, o in enumerate(ops):
+            if o[8] >= 0:
+                by_wave.setdefault(o[8], []).append((o[2], seg_index[i], i))
+        prev_max = None
+        for w in sorted(by_wave):
+            keys = [(st, sg) for st, sg, _ in by_wave[w]]
+            steps = {st for st, _ in keys}
+            if len(steps) > 1:
+                assert all(sg == 0 for _, sg in keys), f"rank {r}: wave {w} spans steps " \
+                    f"{sorted(steps)} with more than one segment"
+                for st in steps:
+                    assert not any(o[2] == st and seg_index.get(i, 0) > 0
+                                   for i, o in enumerate(ops) if o[8] >= 0), \
+                        f"rank {r}: wave {w} groups step {st}, which has several segments"
+            else:
+                assert len({sg for _, sg in keys}) == 1, f"rank {r}: wave {w} mixes segments"
+            if prev_max is not None:
+                assert min(keys) > prev_max, f"rank {r}: wave {w} holds {min(keys)}, not " \
+                    f"after the wave before it ({prev_max})"
+            prev_max = max(keys)
+        segs_of.append(seg_index)
     for a in range(p):
         for b in range(p):
             if a == b:
                 continue
             # The messages a->b in the order the executor posts them (batch by batch,
-            # plan order within one), each with its batch's name. The transport pairs
-            # the k-th send with the k-th receive, and NCCL completes a batch only with
-            # the peer's batch of the same name.
-            sends = sorted(((o[8], i, o[4]) for i, o in enumerate(plans[a])
-                            if o[0] == "send" and o[1] == b))
-            recvs = sorted(((o[8], i, o[4]) for i, o in enumerate(plans[b])
-                            if o[0].startswith("recv") and o[1] == a))
+            # plan order within one): the transport pairs the k-th send with the k-th
+            # receive, which must be the same step, segment and size.
+            sends = sorted((o[8], i) for i, o in enumerate(plans[a])
+                           if o[0] == "send" and o[1] == b)
+            recvs = sorted((o[8], i) for i, o in enumerate(plans[b])
+                           if o[0].startswith("recv") and o[1] == a)
             assert len(sends) == len(recvs), f"{a}->{b}: {len(sends)} sends, {len(recvs)} receives"
-            for k, ((ws, _, cs), (wr, _, cr)) in enumerate(zip(sends, recvs)):
-                assert (names[a][ws], cs) == (names[b][wr], cr), \
-                    f"{a}->{b}: message {k} is {cs} elements in batch {names[a][ws]} on " \
-                    f"the sender, {cr} elements in batch {names[b][wr]} on the receiver"
+            for k, ((_, i), (_, j)) in enumerate(zip(sends, recvs)):
+                sa, sb = plans[a][i], plans[b][j]
+                assert (sa[2], segs_of[a][i], sa[4]) == (sb[2], segs_of[b][j], sb[4]), \
+                    f"{a}->{b}: message {k} is step {sa[2]} segment {segs_of[a][i]} " \
+                    f"({sa[4]} elements) on the sender, step {sb[2]} segment " \
+                    f"{segs_of[b][j]} ({sb[4]} elements) on the receiver"
 
+
+@pytest.mark.parametrize("algo, collective, p, batches", [
+    ("oneshot", "allreduce", 4, 1), ("oneshot", "allreduce", 8, 1),
+    ("twoshot", "allreduce", 5, 2), ("twoshot", "reduce_scatter", 4, 1),
+    ("twoshot", "allgather", 4, 1), ("ring", "allreduce", 4, 6),
+])
+def test_one_hop_phases_are_one_batch(algo, collective, p, batches):
+    """Small buffers (one segment per transfer): a one-hop phase is one batch (one
+    NCCL group) on every rank, a ring one per step."""
+    n = 4 * p
+    for r in range(p):
+        ops = _C.plan_ops(algo, collective, p, r, n, 1 << 20, finish=True)
+        waves = {o[8] for o in ops if o[8] >= 0}
+        assert len(waves) == batches, f"{algo} {collective} p={p} rank {r}: {len(waves)} batches"
 
 
 # The other algorithms' schedules through the same plan checks: several transfers

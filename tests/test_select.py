@@ -185,21 +185,30 @@ def test_every_algorithm_says_what_it_provides():
     }
 
 
-def test_gpu_algo_is_validated_and_auto_runs_ring_on_cuda():
-    """RINGCOLL_GPU_ALGO is parsed like RINGCOLL_ALGO; auto, whose model is calibrated
-    on the CPU transports, leaves CUDA tensors on ring unless it is set."""
+def test_gpu_algo_is_validated_and_auto_resolves_for_the_gpu():
+    """RINGCOLL_GPU_ALGO is parsed like RINGCOLL_ALGO; auto resolves CUDA tensors'
+    choice by the model's GPU transport ("nccl", batches not steps: one-shot's
+    all-reduce is one batch), unless RINGCOLL_GPU_ALGO names one."""
     import torch.distributed as dist
 
     from ringcoll._backend import _resolve_auto
+    from ringcoll.model import auto
 
     assert "RINGCOLL_GPU_ALGO=rhd" in _C.knobs({"RINGCOLL_GPU_ALGO": "rhd"})
     with pytest.raises(RuntimeError, match="nonsense"):
         _C.knobs({"RINGCOLL_GPU_ALGO": "nonsense"})
     store = dist.HashStore()
-    out = _resolve_auto({"RINGCOLL_ALGO": "auto", "RINGCOLL_TRANSPORT": "shm"}, store, 0, 2)
-    assert out["RINGCOLL_GPU_ALGO"] == "ring", out
+    out = _resolve_auto({"RINGCOLL_ALGO": "auto", "RINGCOLL_TRANSPORT": "shm"}, store, 0, 4)
+    gpu = out["RINGCOLL_GPU_ALGO"]
+    assert "nccl, p=4" in gpu and gpu != out["RINGCOLL_ALGO"], out
+    _C.knobs(out)  # both parse
+    assert auto.select(gpu, "all_reduce", 8) == "oneshot", gpu
+    assert auto.select(gpu, "all_reduce", 256 << 20) != "oneshot", gpu
     assert out["RINGCOLL_ALGO"] != "auto", out
     kept = _resolve_auto({"RINGCOLL_ALGO": "auto", "RINGCOLL_GPU_ALGO": "tree",
                           "RINGCOLL_TRANSPORT": "shm"}, dist.HashStore(), 0, 2)
     assert kept["RINGCOLL_GPU_ALGO"] == "tree", kept
     assert "RINGCOLL_GPU_ALGO" not in _resolve_auto({"RINGCOLL_ALGO": "rhd"}, store, 0, 2)
+    # auto for CUDA tensors alone: the host choice stays unset (its default)
+    only = _resolve_auto({"RINGCOLL_GPU_ALGO": "auto"}, dist.HashStore(), 0, 2)
+    assert "RINGCOLL_ALGO" not in only and "nccl, p=2" in only["RINGCOLL_GPU_ALGO"], only

@@ -294,8 +294,9 @@ def test_exception_mid_enqueue_breaks_the_group(world_size):
     # its second batch, after its headers were posted.
     fail = ["0"] * world_size
     fail[world_size - 1] = str(1 + 2 * (world_size - 1) + 2)
+    # The ring, named: the default's one-hop algorithms make fewer batches.
     res = mp.run_world(world_size, injected_mid_enqueue, pg_timeout_s=30, transport="stream",
-                       timeout=120, env={"RINGCOLL_CHUNK_BYTES": "4096"},
+                       timeout=120, env={"RINGCOLL_CHUNK_BYTES": "4096", "RINGCOLL_ALGO": "ring"},
                        rank_env={"RINGCOLL_STREAM_FAIL_AFTER": fail})
     for rank, r in enumerate(res):
         assert "ringcoll::allreduce #2" in r["first"], (rank, r)
@@ -323,3 +324,186 @@ def test_abort_from_another_thread():
     msg, elapsed = res[0]
     assert "ringcoll::allreduce #1" in msg and "aborted" in msg, msg
     assert elapsed < 2, (elapsed, msg)
+
+
+# --- What a collective enqueues (csrc/common/stream_stats.h), counted on the emulation.
+# The emulation runs the CUDA path's executor, transport logic and algorithm choice,
+# so these counts are the CUDA path's: batches are NCCL groups, kernels the reducer's
+# launches. (Markers differ by one: CUDA also records the caller's stream at enqueue.)
+
+def counted_world(rank, p):
+    """Per call, what each default-choice collective enqueued, and the results (so a
+    wrong count never hides a wrong answer)."""
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    out, wrong = {}, []
+
+    def count(name, call, check):
+        call()  # warm: the plan is compiled, staging allocated
+        be.stream_stats(cuda=False, reset=True)
+        calls = 3
+        for _ in range(calls):
+            call()
+        s = be.stream_stats(cuda=False)
+        assert s["collectives"] == calls, s
+        out[name] = {k: v / calls for k, v in s.items() if not k.endswith("_ns")}
+        out[name]["calls"] = calls
+        if not check():
+            wrong.append(name)
+
+    n = 7 * p  # 28p bytes: far below the one-hop limit
+    x = torch.zeros(n)
+    want = torch.full((n,), float(p * (p + 1) // 2))
+
+    def ar():
+        x.fill_(rank + 1)
+        dist.all_reduce(x)
+    count("all_reduce", ar, lambda: torch.equal(x, want))
+    xa = torch.zeros(n)
+    want_avg = torch.full((n,), float(p + 1) / 2)
+
+    def avg():
+        xa.fill_(rank + 1)
+        dist.all_reduce(xa, op=dist.ReduceOp.AVG)
+    count("all_reduce_avg", avg, lambda: torch.equal(xa, want_avg))
+    inp = torch.arange(p * 4, dtype=torch.float32) + rank
+    rs = torch.zeros(4)
+    count("reduce_scatter", lambda: dist.reduce_scatter_tensor(rs, inp),
+          lambda: torch.equal(rs, (torch.arange(4) + 4 * rank) * p + p * (p - 1) / 2))
+    ag = torch.zeros(p * 4)
+    count("all_gather", lambda: dist.all_gather_into_tensor(ag, torch.full((4,), float(rank))),
+          lambda: torch.equal(ag, torch.arange(p).float().repeat_interleave(4)))
+    # The ring, named (its group's CUDA choice), 2(p-1) steps of one segment each.
+    ring_group = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(gpu_algo="ring"))
+    be = ring_group._get_backend(torch.device("cpu"))
+
+    def ring():
+        x.fill_(1.0)
+        dist.all_reduce(x, group=ring_group)
+    count("ring_all_reduce", ring, lambda: torch.equal(x, torch.full_like(x, float(p))))
+    return out, wrong
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 8])
+def test_small_collectives_are_one_batch(world_size):
+    """The default choice on CUDA (and here) for a small all-reduce is one-shot: one
+    batch (one NCCL group) and two reducer operations (the copy of the input that
+    its sends read, and one fused fold of the p inputs) on every rank, p <= 8;
+    reduce-scatter and all-gather (two-shot) one batch each. A batch goes on the
+    compute stream when nothing waits to be consumed, so none of these makes a
+    stream wait, and no call waits on the host. The ring, for comparison, is
+    2(p - 1) batches. With the fingerprint off, as on CUDA by default."""
+    p = world_size
+    res = mp.run_world(p, counted_world, transport="stream", timeout=240,
+                       env={"RINGCOLL_FINGERPRINT": "0"})
+    for rank, (out, wrong) in enumerate(res):
+        assert not wrong, (rank, wrong)
+        for name in ("all_reduce", "all_reduce_avg", "reduce_scatter", "all_gather"):
+            c = out[name]
+            assert c["batches"] == 1 and c["batches_on_compute"] == 1, (rank, name, c)
+            assert c["host_waits"] == 0 and c["stream_waits"] == 0, (rank, name, c)
+            # the Work's end, and the in-flight bound's probe every 16 batches
+            probes = -(-c["calls"] * c["batches"] // 16)
+            assert c["markers"] * c["calls"] <= c["calls"] + probes, (rank, name, c)
+        assert out["all_reduce"]["posts"] == 2 * (p - 1), (rank, out["all_reduce"])
+        assert out["all_reduce"]["kernels"] == 2, (rank, out["all_reduce"])
+        assert out["all_reduce_avg"]["kernels"] == 3, (rank, out["all_reduce_avg"])  # + 1/p
+        assert out["reduce_scatter"]["kernels"] <= 3, (rank, out["reduce_scatter"])
+        ring = out["ring_all_reduce"]
+        assert ring["batches"] == 2 * (p - 1) == ring["batches_on_compute"], (rank, ring)
+        assert ring["host_waits"] == 0 and ring["stream_waits"] == 0, (rank, ring)
+
+
+def fingerprinted_world(rank, p):
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    x = torch.ones(16)
+    dist.all_reduce(x)
+    be.stream_stats(cuda=False, reset=True)
+    dist.all_reduce(x)
+    return be.stream_stats(cuda=False), torch.equal(x, torch.full_like(x, float(p * p)))
+
+
+def test_fingerprinted_small_all_reduce_is_two_batches():
+    """With the device fingerprint (the emulation's default) the headers are a batch
+    of their own ahead of the payload's: two batches, the second on the transfer
+    stream (the headers wait there to be checked), so one stream wait."""
+    res = mp.run_world(3, fingerprinted_world, transport="stream", timeout=120)
+    for rank, (s, ok) in enumerate(res):
+        assert ok, rank
+        assert s["batches"] == 2 and s["host_waits"] == 0, (rank, s)
+
+
+def late_bound_world(rank, p):
+    """Rank 1 comes a second late; rank 0 issues four async all-reduces with room for
+    two batches (RINGCOLL_MAX_BATCHES_IN_FLIGHT=2): its third launch waits on the
+    host for the first to complete, then everything completes, exactly."""
+    xs = [torch.full((8,), float(rank + i)) for i in range(4)]
+    dist.barrier(group=mp.GLOO)
+    if rank == 1:
+        time.sleep(1.0)
+    be = dist.group.WORLD._get_backend(torch.device("cpu"))
+    t0 = time.monotonic()
+    works = [dist.all_reduce(x, async_op=True) for x in xs]
+    issued = time.monotonic() - t0
+    for w in works:
+        w.wait()
+    ok = all(torch.equal(x, torch.full((8,), float(2 * i + 1))) for i, x in enumerate(xs))
+    return ok, issued, be.stream_stats(cuda=False)["host_waits"]
+
+
+def test_in_flight_bound_waits_for_room():
+    res = mp.run_world(2, late_bound_world, transport="stream", timeout=120,
+                       env={"RINGCOLL_FINGERPRINT": "0", "RINGCOLL_MAX_BATCHES_IN_FLIGHT": "2"})
+    ok, issued, host_waits = res[0]
+    assert ok
+    assert host_waits >= 1 and issued > 0.5, (host_waits, issued)
+    assert res[1][0] and res[1][1] < 0.5, res[1]  # the late rank found its peer there
+
+
+def stalled_peer_world(rank, p, abort_after_s):
+    """Rank 1 stops calling; rank 0 issues async all-reduces until its launch waits
+    for room (RINGCOLL_MAX_BATCHES_IN_FLIGHT=2). With `abort_after_s`, another thread
+    aborts the group then; without, nobody does. Returns what the launch that waited
+    raised, how many launches returned before it, and how long they all took."""
+    if rank == 1:
+        dist.barrier(group=mp.GLOO)
+        time.sleep(8)
+        return None
+    dist.barrier(group=mp.GLOO)
+    x = torch.ones(8)
+    works, err = [], None
+    timer = threading.Timer(abort_after_s, dist.group.WORLD.abort) if abort_after_s else None
+    if timer:
+        timer.start()
+    t0 = time.monotonic()
+    try:
+        for _ in range(4):
+            works.append(dist.all_reduce(x, async_op=True))
+    except dist.DistBackendError as e:
+        err = str(e)
+    elapsed = time.monotonic() - t0
+    if timer:
+        timer.join()
+    return err, len(works), elapsed
+
+
+def test_in_flight_bound_waits_and_can_be_aborted():
+    """The launch that waits for room holds no lock: an abort from another thread
+    makes it raise promptly, naming the abort."""
+    res = mp.run_world(2, stalled_peer_world, 1.0, transport="stream", pg_timeout_s=60,
+                       timeout=120,
+                       env={"RINGCOLL_FINGERPRINT": "0", "RINGCOLL_MAX_BATCHES_IN_FLIGHT": "2"})
+    err, issued, elapsed = res[0]
+    assert issued == 2, (issued, err)  # the third waited for room
+    assert err is not None and "ringcoll::allreduce #3" in err and "abort" in err, err
+    assert 0.9 < elapsed < 5, elapsed
+
+
+def test_in_flight_bound_times_out_naming_the_wait():
+    """Nobody aborts: the launch that waits for room gives up after the group's
+    timeout (the watchdog fails the earlier calls meanwhile), never hangs."""
+    res = mp.run_world(2, stalled_peer_world, 0, transport="stream", pg_timeout_s=2, timeout=120,
+                       env={"RINGCOLL_FINGERPRINT": "0", "RINGCOLL_MAX_BATCHES_IN_FLIGHT": "2"})
+    err, issued, elapsed = res[0]
+    assert issued == 2, (issued, err)
+    assert err is not None and "ringcoll::allreduce #3" in err, err
+    assert elapsed < 6, (elapsed, err)

@@ -293,6 +293,20 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
                     return Staged{{}, [out, src, dst]() mutable { writeBack(out, dst); },
                                   smallScatter(src, dst, dtype, red, getSize())};
                   }
+                  // A schedule that writes only its result block reads the input where
+                  // it is and reduces into the output (out contiguous, and apart from
+                  // the input or exactly its block r).
+                  at::Tensor src = flatWorking(in);
+                  const char* block =
+                      static_cast<const char*>(src.data_ptr()) + getRank() * bytesOf(out);
+                  if (out.is_contiguous() && src.data_ptr() == in.data_ptr() &&
+                      (!overlaps(src, out) || out.data_ptr() == block)) {
+                    if (auto job = algo::reduceScatterFrom(*a, params(src.numel()),
+                                                           src.data_ptr(), out.data_ptr(),
+                                                           dtype, red, ex.reducer())) {
+                      return Staged{std::move(*job), nullptr};
+                    }
+                  }
                   // The schedule reduces in place, so it works on a copy of the input.
                   at::Tensor work = workspace(in.numel(), in).copy_(in.reshape({-1}));
                   return reduceScatterInto(out, work, *a, params(work.numel()), dtype,

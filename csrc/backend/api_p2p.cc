@@ -234,7 +234,7 @@ std::shared_ptr<StreamPath> RingcollBackend::pointToPointPathFor(const at::Tenso
     auto device = std::make_shared<CudaDevice>(pstore, getRank(), getSize(), timeout_,
                                                knobs_.gpuChunkBytes, index, nullptr,
                                                knobs_.ncclBlocking, /*connectAll=*/false,
-                                               knobs_.stopLatchBytes);
+                                               knobs_.stopLatchBytes, knobs_.maxBatchesInFlight);
     p2pCuda_ = std::make_shared<StreamPath>(std::move(device), pstore, getRank(), getSize(),
                                             knobs_, std::vector<int>{},
                                             knobs_.fingerprint && knobs_.gpuFingerprint);

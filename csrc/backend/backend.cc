@@ -71,7 +71,9 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
       store_(store),
       knobs_(std::move(knobs)),
       selector_(knobs_.algo),
-      gpuSelector_(knobs_.gpuAlgo.empty() ? knobs_.algo : knobs_.gpuAlgo),
+      gpuSelector_(!knobs_.gpuAlgo.empty() ? knobs_.gpuAlgo
+                   : knobs_.algoSet       ? knobs_.algo
+                                          : algo::gpuDefault(size)),
       timeout_(timeout),
       p2p_(std::move(p2p)) {
   TORCH_CHECK(p2p_, "ringcoll: backend created without its point-to-point group");
@@ -152,7 +154,8 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   if (knobs_.transport == "stream") {
     auto device = std::make_shared<CpuStreamDevice>(*transport_, knobs_.chunkBytes,
                                                     knobs_.streamDelayUs, knobs_.streamFailAfter,
-                                                    knobs_.stopLatchBytes);
+                                                    knobs_.stopLatchBytes,
+                                                    knobs_.maxBatchesInFlight, timeout_);
     device->executor().setTracer(tracer_.get());
     streamPath_ = std::make_shared<StreamPath>(std::move(device), store_, rank, size, knobs_,
                                                ringNeighbours_, knobs_.fingerprint);
@@ -165,7 +168,8 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
                                         knobs_.chunkBytes, kPointToPointLaneWait);
       auto pdevice = std::make_shared<CpuStreamDevice>(*p2pStreamHost_, knobs_.chunkBytes,
                                                        knobs_.streamDelayUs, 0,
-                                                       knobs_.stopLatchBytes);
+                                                       knobs_.stopLatchBytes,
+                                                       knobs_.maxBatchesInFlight, timeout_);
       p2pStream_ = std::make_shared<StreamPath>(std::move(pdevice), pstore, rank, size, knobs_,
                                                 std::vector<int>{}, knobs_.fingerprint);
     } catch (const std::runtime_error& e) {
@@ -290,6 +294,28 @@ std::vector<std::string> RingcollBackend::links() const {
   return out;
 }
 
+std::map<std::string, uint64_t> RingcollBackend::streamStats(bool cuda, bool reset,
+                                                             int timing) {
+  std::shared_ptr<StreamPath> path;
+  {
+    std::lock_guard<std::mutex> lock(pathMutex_);
+    path = cuda ? cuda_ : streamPath_;
+  }
+  std::map<std::string, uint64_t> out;
+  if (!path) return out;
+  StreamStats& s = path->device().stats();
+  for (int c = 0; c < StreamStats::kNumCounts; ++c) {
+    out[StreamStats::kCountNames[c]] = s.count(static_cast<StreamStats::Count>(c));
+  }
+  for (int p = 0; p < StreamStats::kNumParts; ++p) {
+    out[std::string(StreamStats::kPartNames[p]) + "_ns"] =
+        s.nanos(static_cast<StreamStats::Part>(p));
+  }
+  if (reset) s.reset();
+  if (timing >= 0) s.timing.store(timing > 0, std::memory_order_relaxed);
+  return out;
+}
+
 std::chrono::milliseconds RingcollBackend::opTimeout(
     std::chrono::milliseconds requested) const {
   return requested.count() > 0 ? requested : timeout_;
@@ -309,7 +335,9 @@ const algo::Algorithm* RingcollBackend::algorithm(const char* op, algo::Collecti
                                                   size_t bytes, const at::Tensor& like) const {
   algo::Choice choice;
   try {
-    const algo::Selector& selector = like.defined() && like.is_cuda() ? gpuSelector_ : selector_;
+    // The emulation of the stream path stands for CUDA in CI: it runs CUDA's choice.
+    const bool cudaChoice = like.defined() && (like.is_cuda() || knobs_.transport == "stream");
+    const algo::Selector& selector = cudaChoice ? gpuSelector_ : selector_;
     choice = selector.pick(c, bytes, /*explain=*/knobs_.debug);
   } catch (const std::invalid_argument& e) {
     TORCH_CHECK(false, "ringcoll::", op, ": ", e.what());
@@ -412,7 +440,7 @@ std::shared_ptr<StreamPath> RingcollBackend::streamPathFor(const at::Tensor& fir
     auto device = std::make_shared<CudaDevice>(store_, getRank(), getSize(), timeout_,
                                                knobs_.gpuChunkBytes, index, tracer_.get(),
                                                knobs_.ncclBlocking, /*connectAll=*/true,
-                                               knobs_.stopLatchBytes);
+                                               knobs_.stopLatchBytes, knobs_.maxBatchesInFlight);
     cuda_ = std::make_shared<StreamPath>(std::move(device), store_, getRank(), getSize(), knobs_,
                                          ringNeighbours_,
                                          knobs_.fingerprint && knobs_.gpuFingerprint);

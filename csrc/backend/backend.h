@@ -101,6 +101,11 @@ class RingcollBackend final : public c10d::Backend {
   const Knobs& knobs() const { return knobs_; }
   // The CPU transport of each peer's link ("shm", "gloo"; "" for this rank).
   std::vector<std::string> links() const;
+  // What the stream path of CUDA tensors (`cuda`) or of the CPU emulation enqueued
+  // so far, counted and timed (common/stream_stats.h), by name; empty where that
+  // path does not exist (yet). `reset`: zero them after reading; `timing`: -1
+  // leaves host timing as it is, 0 turns it off, 1 on.
+  std::map<std::string, uint64_t> streamStats(bool cuda, bool reset, int timing);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -312,7 +317,9 @@ class RingcollBackend final : public c10d::Backend {
   bool smallOn_ = false;  // small collectives run (small()) ...
   size_t smallBytes_ = 0;  // ... up to this many bytes
   const algo::Selector selector_;
-  const algo::Selector gpuSelector_;  // for CUDA tensors (Knobs::gpuAlgo)
+  // For CUDA tensors and the stream emulation: Knobs::gpuAlgo, else Knobs::algo
+  // when set, else algo::gpuDefault(p).
+  const algo::Selector gpuSelector_;
   const std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Backend> p2p_;  // the gloo group the ports ride on; stop() drops it
   std::vector<int> ringOrder_;

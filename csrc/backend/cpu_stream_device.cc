@@ -2,19 +2,9 @@
 
 #include <stdexcept>
 
-namespace ringcoll {
+#include "common/errors.h"
 
-namespace {
-std::string describe(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  } catch (...) {
-    return "unknown error";
-  }
-}
-}  // namespace
+namespace ringcoll {
 
 struct CpuStreamDevice::End : StreamDevice::Event {
   explicit End(CpuStream::MarkerPtr m) : m(std::move(m)) {}
@@ -22,7 +12,8 @@ struct CpuStreamDevice::End : StreamDevice::Event {
 };
 
 CpuStreamDevice::CpuStreamDevice(Transport& host, size_t chunkBytes, uint32_t maxDelayUs,
-                                 size_t failAfter, size_t latchBytes)
+                                 size_t failAfter, size_t latchBytes, size_t maxBatches,
+                                 std::chrono::milliseconds stall)
     : compute_("compute", maxDelayUs) {
   // Header slots (engine/executor_waves.cc): this rank's, one per peer received, one
   // per peer sent when a job's headers differ per peer.
@@ -31,6 +22,9 @@ CpuStreamDevice::CpuStreamDevice(Transport& host, size_t chunkBytes, uint32_t ma
   transport_ = std::make_unique<CpuStreamTransport>(host, compute_, chunkBytes, maxDelayUs,
                                                     failAfter);
   transport_->setJoinHook([r = reducer_.get()] { r->transfersJoined(); });
+  transport_->setStats(&stats_);
+  transport_->setInFlightBound(maxBatches, stall);
+  reducer_->setStats(&stats_);
   executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, chunkBytes);
 }
 
@@ -58,6 +52,7 @@ void CpuStreamDevice::enqueueFinish(std::function<void()> fn) {
 }
 
 StreamDevice::EventPtr CpuStreamDevice::recordEnd() {
+  stats_.add(StreamStats::kMarkers);
   return std::make_shared<End>(compute_.mark());
 }
 
@@ -69,6 +64,9 @@ bool CpuStreamDevice::reached(const EventPtr& end) {
 }
 
 std::string CpuStreamDevice::transferError() {
+  // A batch's failure on either queue (cpu_stream_transport.h).
+  std::string why = transport_->failure();
+  if (!why.empty()) return why;
   std::exception_ptr e = transport_->transferStream().error();
   return e ? describe(e) : std::string();
 }

@@ -32,28 +32,30 @@ ncclUniqueId exchangeUniqueId(const c10::intrusive_ptr<c10d::Store>& store, int 
 }  // namespace
 
 struct CudaDevice::Event : StreamDevice::Event {
-  cudaEvent_t ev = nullptr;
-  ~Event() override {
-    if (ev) cudaEventDestroy(ev);
-  }
+  Event(std::shared_ptr<CudaEventPool> pool, cudaStream_t stream) : e(std::move(pool), stream) {}
+  PooledEvent e;
 };
 
 CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
                        std::chrono::milliseconds timeout, size_t chunkBytes,
                        c10::DeviceIndex device, algo::Tracer* tracer,
                        Knobs::NcclBlocking ncclBlocking,
-                       bool connectAll, size_t stopLatchBytes)
-    : device_(device), stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {
+                       bool connectAll, size_t stopLatchBytes, size_t maxBatches)
+    : device_(device),
+      events_(std::make_shared<CudaEventPool>()),
+      stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {
   c10::cuda::CUDAGuard guard(device_);
+  RC_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
   const ncclUniqueId id = exchangeUniqueId(store, rank);
   // Staging from torch's caching allocator, on the comm stream (where the buffers
   // are read); an out-of-memory is torch's error, naming the sizes.
   cudaStream_t comm = stream_.stream();
-  NcclTransport::Allocator alloc{
+  DeviceAllocator alloc{
       [comm](size_t bytes) {
         return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, comm);
       },
       [](void* p) { c10::cuda::CUDACachingAllocator::raw_delete(p); }};
+  DeviceAllocator scratch = alloc;  // a schedule's scratch: the same pool, the same stream
   try {
     comm_ = std::make_unique<NcclComm>(id, rank, size, timeout,
                                        ncclBlocking == Knobs::NcclBlocking::kAlways);
@@ -75,8 +77,11 @@ CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
   // Header slots (engine/executor_waves.cc): this rank's, one per peer received, one
   // per peer sent when a job's headers differ per peer.
   reducer_ = std::make_unique<CudaReducer>(stream_.stream(), 2 * static_cast<size_t>(size) + 1,
-                                           stopLatchBytes);
+                                           stopLatchBytes, std::move(scratch));
   transport_->setJoinHook([r = reducer_.get()] { r->transfersJoined(); });
+  transport_->setStats(&stats_);
+  transport_->setInFlightBound(maxBatches, timeout);
+  reducer_->setStats(&stats_);
   executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, chunkBytes);
   executor_->setTracer(tracer);
 }
@@ -91,6 +96,7 @@ CudaDevice::~CudaDevice() {
   comm_.reset();
   executor_.reset();
   transport_.reset();
+  if (ready_) cudaEventDestroy(ready_);
 }
 
 std::string CudaDevice::name() const { return c10::str("cuda:", static_cast<int>(device_)); }
@@ -99,11 +105,14 @@ void CudaDevice::enqueue(const std::function<void()>& fn) {
   c10::cuda::CUDAGuard guard(device_);
   // The comm stream waits for the caller's stream: inputs are ready.
   auto caller = c10::cuda::getCurrentCUDAStream(device_);
-  cudaEvent_t ready;
-  RC_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-  RC_CUDA_CHECK(cudaEventRecord(ready, caller.stream()));
-  RC_CUDA_CHECK(cudaStreamWaitEvent(stream_.stream(), ready, 0));
-  RC_CUDA_CHECK(cudaEventDestroy(ready));
+  {
+    // One event, recorded again at every call: the wait reads it when enqueued.
+    StreamStats::Timer t(&stats_, StreamStats::kReady);
+    RC_CUDA_CHECK(cudaEventRecord(ready_, caller.stream()));
+    RC_CUDA_CHECK(cudaStreamWaitEvent(stream_.stream(), ready_, 0));
+  }
+  stats_.add(StreamStats::kMarkers);
+  stats_.add(StreamStats::kStreamWaits);
   // Everything the body enqueues (copies, kernels, temporaries' allocations) goes
   // on the comm stream.
   c10::cuda::CUDAStreamGuard streamGuard(stream_);
@@ -119,25 +128,19 @@ void CudaDevice::protect(const std::vector<at::Tensor>& tensors) {
 }
 
 StreamDevice::EventPtr CudaDevice::recordEnd() {
-  auto e = std::make_shared<Event>();
-  RC_CUDA_CHECK(cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming));
-  RC_CUDA_CHECK(cudaEventRecord(e->ev, stream_.stream()));
-  return e;
+  stats_.add(StreamStats::kMarkers);
+  return std::make_shared<Event>(events_, stream_.stream());
 }
 
 void CudaDevice::callerWaits(const EventPtr& end) {
   c10::cuda::CUDAGuard guard(device_);
   RC_CUDA_CHECK(cudaStreamWaitEvent(c10::cuda::getCurrentCUDAStream(device_).stream(),
-                                    static_cast<Event&>(*end).ev, 0));
+                                    static_cast<Event&>(*end).e.ev, 0));
 }
 
 bool CudaDevice::reached(const EventPtr& end) {
-  const cudaError_t rc = cudaEventQuery(static_cast<Event&>(*end).ev);
-  if (rc == cudaSuccess) return true;
-  if (rc == cudaErrorNotReady) return false;
   // A fault is not "not finished": it surfaces now, not at the timeout.
-  cudaGetLastError();
-  throw std::runtime_error(std::string("cudaEventQuery: ") + cudaGetErrorString(rc));
+  return static_cast<Event&>(*end).e.reached();
 }
 
 std::string CudaDevice::transferError() {

@@ -18,6 +18,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "backend/stream_device.h"
+#include "common/cuda_events.h"
 #include "common/knobs.h"
 #include "engine/trace.h"
 #include "reduce/cuda_reducer.h"
@@ -34,12 +35,14 @@ class CudaDevice final : public StreamDevice {
   // common/knobs.h); with kOnceConnected and `connectAll`, the collectives then run
   // on a blocking communicator split off it (NcclComm::blockFromNowOn).
   // `connectAll`: every peer at creation (collectives), else at first use
-  // (point-to-point); transport/nccl_transport.h. `store`: the unique id goes
+  // (point-to-point); transport/nccl_transport.h. `maxBatches`: the transport's
+  // in-flight bound (RINGCOLL_MAX_BATCHES_IN_FLIGHT; it waits for room at most
+  // `timeout`). `store`: the unique id goes
   // through it (a prefix of its own for each communicator).
   CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
              std::chrono::milliseconds timeout, size_t chunkBytes, c10::DeviceIndex device,
              algo::Tracer* tracer, Knobs::NcclBlocking ncclBlocking, bool connectAll,
-             size_t stopLatchBytes);
+             size_t stopLatchBytes, size_t maxBatches);
   ~CudaDevice() override;
 
   c10::Device device() const override { return c10::Device(c10::kCUDA, device_); }
@@ -67,8 +70,10 @@ class CudaDevice final : public StreamDevice {
   void bindThread() override;
 
  private:
-  struct Event;
+  struct Event;  // a Work's end: a pooled event (common/cuda_events.h)
   const c10::DeviceIndex device_;
+  std::shared_ptr<CudaEventPool> events_;
+  cudaEvent_t ready_ = nullptr;  // enqueue(): the caller's stream, recorded again each call
   std::unique_ptr<NcclComm> comm_;
   c10::cuda::CUDAStream stream_;
   std::unique_ptr<NcclTransport> transport_;

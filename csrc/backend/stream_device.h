@@ -20,6 +20,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 
+#include "common/stream_stats.h"
 #include "engine/executor.h"
 #include "reduce/reducer.h"
 
@@ -84,6 +85,13 @@ class StreamDevice {
   // The watchdog thread calls this first (CUDA: set the device, so that no
   // context is created on GPU 0).
   virtual void bindThread() {}
+
+  // What this device's collectives enqueued, counted and (when on) timed
+  // (common/stream_stats.h); its transport and reducer write into it.
+  StreamStats& stats() { return stats_; }
+
+ protected:
+  StreamStats stats_;
 };
 
 }  // namespace ringcoll

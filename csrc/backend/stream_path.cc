@@ -262,6 +262,9 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
   unusable();
   std::lock_guard<std::mutex> launching(launchMutex_);
   unusable();  // an abort() or a failure while this call waited for the launch lock
+  StreamStats& stats = device_->stats();
+  StreamStats::Timer whole(&stats, StreamStats::kLaunch);
+  stats.add(StreamStats::kCollectives);
   auto work = c10::make_intrusive<StreamWork>(rank_, type, label, seq, device_, outputs, timeout,
                                               blocking_);
   // Lives until after a failure stopped the device's work (below): the device may
@@ -284,6 +287,7 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
       work->keepUntilEnd(inputs, staged->job.owned);
       device_->executor().run(std::move(staged->job), timeout);
       if (staged->finish) device_->enqueueFinish(std::move(staged->finish));
+      StreamStats::Timer end(&stats, StreamStats::kEnd);
       device_->protect(inputs);
       device_->protect(outputs);
       work->setEnd(device_->recordEnd());

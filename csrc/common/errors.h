@@ -77,7 +77,20 @@ std::string cat(const Args&... args) {
     }                                                        \
   } while (0)
 
+#include <exception>
+
 namespace ringcoll {
+// The text of a stored exception (its what(), or "unknown error").
+inline std::string describe(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    return x.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 // A message of `got` bytes from `peer` where this rank expected `want`: the ranks
 // are in different collectives (or one of them is broken).
 inline PeerError wrongSize(int peer, size_t got, size_t want) {

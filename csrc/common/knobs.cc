@@ -25,6 +25,7 @@ const std::vector<std::string>& knownNames() {
       "RINGCOLL_FINGERPRINT", "RINGCOLL_TRACE", "RINGCOLL_GPU_CHUNK_BYTES",
       "RINGCOLL_BLOCKING_WAIT", "RINGCOLL_ASYNC_ERROR_HANDLING", "RINGCOLL_GPU_FINGERPRINT",
       "RINGCOLL_NCCL_BLOCKING", "RINGCOLL_STOP_LATCH_BYTES", "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER", "RINGCOLL_GPU_ALGO",
+      "RINGCOLL_MAX_BATCHES_IN_FLIGHT",
       // Read by the build (setup.py), by Python (ringcoll.model) and by CI
       // (.ci/run), not by the backend; listed so they are not reported as unknown.
       "RINGCOLL_CUDA", "RINGCOLL_MODEL", "RINGCOLL_CI_CACHE"};
@@ -144,6 +145,8 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
     k.asyncErrorHandling = value;
   } else if (name == "RINGCOLL_GPU_ALGO") {
     k.gpuAlgo = value;
+  } else if (name == "RINGCOLL_MAX_BATCHES_IN_FLIGHT") {
+    k.maxBatchesInFlight = parseBytes(name, value, 0);
   } else if (name == "RINGCOLL_STREAM_FAIL_AFTER") {
     k.streamFailAfter = parseBytes(name, value, 0);
   } else if (name == "RINGCOLL_STREAM_DELAY_US") {
@@ -229,6 +232,7 @@ std::string Knobs::describe() const {
                 " RINGCOLL_GPU_FINGERPRINT=", gpuFingerprint ? 1 : 0,
                 " RINGCOLL_NCCL_BLOCKING=", ncclBlockingName(),
                 " RINGCOLL_STOP_LATCH_BYTES=", stopLatchBytes,
+                " RINGCOLL_MAX_BATCHES_IN_FLIGHT=", maxBatchesInFlight,
                 " RINGCOLL_BLOCKING_WAIT=", blockingWait ? 1 : 0,
                 " RINGCOLL_ASYNC_ERROR_HANDLING=", asyncErrorHandling,
                 " RINGCOLL_STREAM_DELAY_US=", streamDelayUs,

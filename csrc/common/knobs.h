@@ -61,6 +61,18 @@
 //                                                is two blocks of the CUDA kernels. A
 //                                                huge value (1073741824): every kernel
 //                                                reads the host word, as before (A/B)
+//   maxBatchesInFlight RINGCOLL_MAX_BATCHES_IN_FLIGHT 64  stream paths (CUDA and its
+//                                                emulation): a batch (NCCL group) is not
+//                                                enqueued while this many are in flight;
+//                                                the launching thread waits, holding no
+//                                                lock, so that a launch never blocks
+//                                                under the communicator's lock behind a
+//                                                stuck peer and the watchdog can always
+//                                                abort (transport/stream_transport.h).
+//                                                64 batches of at most five launches
+//                                                each stay well inside a CUDA stream's
+//                                                launch queue (about a thousand). 0:
+//                                                unbounded
 //   ncclBlocking RINGCOLL_NCCL_BLOCKING connected  CUDA: how the NCCL communicator
 //                                                blocks. connected (default): created
 //                                                and connected non-blocking, so the
@@ -169,6 +181,7 @@ struct Knobs {
   size_t gpuChunkBytes = size_t{8} << 20;
   bool gpuFingerprint = false;
   size_t stopLatchBytes = size_t{16} << 10;
+  size_t maxBatchesInFlight = 64;
   // RINGCOLL_NCCL_BLOCKING: 0 | 1 | connected (above).
   enum class NcclBlocking { kNever, kAlways, kOnceConnected };
   NcclBlocking ncclBlocking = NcclBlocking::kOnceConnected;

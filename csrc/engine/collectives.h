@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -82,6 +83,17 @@ Job allreduce(const Algorithm& algo, const Params& prm, void* buf, DType dtype,
 // job.schedule.result (block r) holds the reduction of block r of all inputs.
 Job reduceScatter(const Algorithm& algo, const Params& prm, void* buf, DType dtype,
                   const Reduction& red, Reducer& reducer);
+
+// The same without a working copy of the input, where the algorithm's schedule
+// writes only its result block (two-shot's; not the ring's, which forwards partial
+// sums through other blocks): the job reads the other blocks of `in` where they are
+// (never writes them) and reduces block r into `out` (m elements), which its
+// prologue fills with in's block r (nothing when `out` is that block). nullopt when
+// the schedule writes elsewhere, asks for scratch, or the reduction is PREMUL_SUM
+// (its scaling writes the input): then reduceScatter() on a copy.
+std::optional<Job> reduceScatterFrom(const Algorithm& algo, const Params& prm, const void* in,
+                                     void* out, DType dtype, const Reduction& red,
+                                     Reducer& reducer);
 
 // buf holds p * m elements, block r filled by rank r; afterwards all blocks are
 // filled on every rank.

@@ -334,9 +334,43 @@ void Execution::consume(const PlanOp& op, const void* view) {
 // writes is ready: a chain of them runs in one pass.
 bool Execution::runLocals() {
   bool moved = false;
-  for (uint32_t i : plan_.locals) {
+  const auto& locals = plan_.locals;
+  std::vector<uint32_t> run;
+  std::vector<const void*> srcs;
+  for (size_t a = 0; a < locals.size(); ++a) {
+    const uint32_t i = locals[a];
     const PlanOp& op = plan_.ops[i];
     if (state_[i] == 2 || !ready(op)) continue;
+    if (op.kind == OpKind::kLocalReduce) {
+      // The local reduces after it into the same elements, each waiting only for
+      // the ones before: one fused reduction in the same order (one-shot's fold of
+      // its own input and the parked ones: one kernel).
+      run.assign(1, i);
+      size_t b = a + 1;
+      for (; b < locals.size(); ++b) {
+        const PlanOp& nx = plan_.ops[locals[b]];
+        if (state_[locals[b]] == 2 || nx.kind != OpKind::kLocalReduce ||
+            nx.begin != op.begin || nx.count != op.count || !readyAfter(nx, run)) {
+          break;
+        }
+        run.push_back(locals[b]);
+      }
+      if (run.size() > 1) {
+        srcs.clear();
+        for (uint32_t j : run) {
+          srcs.push_back(at(plan_.ops[j].src));
+          if (OpTrace* t = traced(j)) t->arrive = Tracer::now();
+        }
+        reducer_.reduceMany(at(op), srcs.data(), srcs.size(), op.count, job_.dtype, job_.op);
+        for (uint32_t j : run) {
+          if (OpTrace* t = traced(j)) t->done = Tracer::now();
+          setDone(j);
+        }
+        a = b - 1;
+        moved = true;
+        continue;
+      }
+    }
     OpTrace* t = traced(i);
     if (t) t->arrive = Tracer::now();
     if (op.kind == OpKind::kLocalCopy) {

@@ -156,6 +156,11 @@ class Execution final : public Run {
   bool runLocals();
   bool runFinishes();
   bool progressWaves();
+  // Stream-ordered: consumes one posted wave's receives in plan order, runs of
+  // receive-reduces into the same elements fused into one reduceMany.
+  void consumeWave(const std::vector<uint32_t>& wave);
+  // Whether op may run once the operations of `run` (not yet done) are.
+  bool readyAfter(const PlanOp& op, const std::vector<uint32_t>& run) const;
   // Stream-ordered: a receive-copy may land in place (not when checked).
   bool inPlace(const PlanOp& op) const;
   void consume(const PlanOp& op, const void* view);

@@ -5,6 +5,8 @@
 // in a later batch of its peer could deadlock.
 #include "engine/executor.h"
 
+#include <algorithm>
+
 #include "common/errors.h"
 
 namespace ringcoll::algo {
@@ -59,7 +61,10 @@ bool Execution::progressWaves() {
   if (wavePosted_ < waves.size() && wavePosted_ <= waveConsumed_ + 1) {
     const auto& w = waves[wavePosted_];
     bool ready = true;
-    for (uint32_t i : w) ready = ready && this->ready(plan_.ops[i]);
+    for (uint32_t i : w) {
+      // A receive-reduce lands in staging: only its consume waits (below).
+      ready = ready && (plan_.ops[i].kind == OpKind::kRecvReduce || this->ready(plan_.ops[i]));
+    }
     if (ready) {
       // Traced: the host time the wave was enqueued (engine/trace.h).
       const int64_t now = trace_ ? Tracer::now() : 0;
@@ -86,18 +91,7 @@ bool Execution::progressWaves() {
     }
   }
   if (waveConsumed_ < wavePosted_) {
-    for (uint32_t i : waves[waveConsumed_]) {
-      const PlanOp& op = plan_.ops[i];
-      if (op.kind == OpKind::kSend) continue;
-      const void* view = transport_.recvView(op.peer);
-      RC_ASSERT(view != nullptr, "a stream-ordered transport has no view of a posted receive");
-      OpTrace* t = traced(i);
-      if (t) t->arrive = Tracer::now();
-      consume(op, view);
-      transport_.releaseRecv(op.peer);
-      if (t) t->done = Tracer::now();
-      setDone(i);
-    }
+    consumeWave(waves[waveConsumed_]);
     ++waveConsumed_;
     return true;
   }
@@ -114,6 +108,88 @@ bool Execution::progressWaves() {
     return true;
   }
   return false;
+}
+
+void Execution::consumeWave(const std::vector<uint32_t>& wave) {
+  std::vector<uint32_t> recvs;
+  for (uint32_t i : wave) {
+    if (plan_.ops[i].kind != OpKind::kSend) recvs.push_back(i);
+  }
+  std::vector<uint32_t> run;
+  std::vector<const void*> views;
+  for (size_t k = 0; k < recvs.size();) {
+    const PlanOp& op = plan_.ops[recvs[k]];
+    // What a receive posted ahead of its dependencies waits for (a receive-reduce,
+    // plan.h) is an earlier receive of this wave, consumed above, or a local
+    // operation that those made ready.
+    if (!ready(op)) runLocals();
+    RC_ASSERT(ready(op), job_.schedule.name, ": step ", op.step,
+              " consumes a receive before what it depends on");
+    // Receive-reduces into the same elements from other peers, each waiting only
+    // for the ones before: one fused reduction (one kernel) in the same order.
+    run.assign(1, recvs[k]);
+    size_t e = k + 1;
+    while (op.kind == OpKind::kRecvReduce && e < recvs.size()) {
+      const PlanOp& nx = plan_.ops[recvs[e]];
+      if (nx.kind != OpKind::kRecvReduce || nx.begin != op.begin || nx.count != op.count ||
+          !readyAfter(nx, run)) {
+        break;
+      }
+      bool samePeer = false;
+      for (uint32_t j : run) samePeer = samePeer || plan_.ops[j].peer == nx.peer;
+      if (samePeer) break;  // recvView(peer) is the oldest receive from peer
+      run.push_back(recvs[e++]);
+    }
+    // Then the local reduces into the same elements that come next (one-shot's own
+    // input and the inputs that came early): the same fold, in the same order.
+    size_t received = run.size();
+    if (op.kind == OpKind::kRecvReduce) {
+      for (uint32_t j : plan_.locals) {
+        if (state_[j] == 2) continue;
+        const PlanOp& lo = plan_.ops[j];
+        if (lo.kind != OpKind::kLocalReduce || lo.begin != op.begin || lo.count != op.count ||
+            !readyAfter(lo, run)) {
+          break;
+        }
+        run.push_back(j);
+      }
+    }
+    if (run.size() == 1) {
+      const void* view = transport_.recvView(op.peer);
+      RC_ASSERT(view != nullptr, "a stream-ordered transport has no view of a posted receive");
+      OpTrace* t = traced(recvs[k]);
+      if (t) t->arrive = Tracer::now();
+      consume(op, view);
+      transport_.releaseRecv(op.peer);
+      if (t) t->done = Tracer::now();
+      setDone(recvs[k]);
+    } else {
+      views.clear();
+      for (size_t x = 0; x < run.size(); ++x) {
+        const PlanOp& o = plan_.ops[run[x]];
+        const void* view = x < received ? transport_.recvView(o.peer) : at(o.src);
+        RC_ASSERT(view != nullptr, "a stream-ordered transport has no view of a posted receive");
+        views.push_back(view);
+        if (OpTrace* t = traced(run[x])) t->arrive = Tracer::now();
+      }
+      reducer_.reduceMany(at(op), views.data(), views.size(), op.count, job_.dtype, job_.op);
+      for (size_t x = 0; x < run.size(); ++x) {
+        if (x < received) transport_.releaseRecv(plan_.ops[run[x]].peer);
+        if (OpTrace* t = traced(run[x])) t->done = Tracer::now();
+        setDone(run[x]);
+      }
+    }
+    k = e;
+  }
+}
+
+bool Execution::readyAfter(const PlanOp& op, const std::vector<uint32_t>& run) const {
+  for (uint32_t d = op.depBegin; d < op.depEnd; ++d) {
+    const uint32_t dep = plan_.deps[d];
+    if (state_[dep] == 2) continue;
+    if (std::find(run.begin(), run.end(), dep) == run.end()) return false;
+  }
+  return true;
 }
 
 }  // namespace ringcoll::algo

@@ -91,6 +91,41 @@ struct Intervals {
 
 }  // namespace
 
+std::vector<int> stepLayers(const Plan& plan, size_t steps) {
+  // A step joins the layer of the step before it unless one of its transfers
+  // would have to wait for that layer, or a transfer of either step has more than
+  // one segment.
+  const auto& ops = plan.ops;
+  std::vector<uint8_t> multiSeg(steps, 0);
+  std::vector<std::vector<uint32_t>> byStep(steps);
+  for (uint32_t i = 0; i < ops.size(); ++i) {
+    if (ops[i].kind == OpKind::kFinish || local(ops[i].kind)) continue;
+    byStep[static_cast<size_t>(ops[i].step)].push_back(i);
+    if (ops[i].seg > 0) multiSeg[static_cast<size_t>(ops[i].step)] = 1;
+  }
+  std::vector<int> layerOf(steps, 0);
+  int layer = 0;
+  size_t first = 0;  // the current layer's first step
+  for (size_t st = 0; st < steps; ++st) {
+    bool waits = false;
+    for (uint32_t i : byStep[st]) {
+      // A receive-reduce lands in staging, wherever it is posted: only its consume
+      // waits for what it depends on, and consumes run after the batch.
+      if (ops[i].kind == OpKind::kRecvReduce) continue;
+      for (uint32_t d = ops[i].depBegin; d < ops[i].depEnd; ++d) {
+        if (static_cast<size_t>(ops[plan.deps[d]].step) >= first) waits = true;
+      }
+    }
+    const bool joins = st > first && !waits && !multiSeg[st] && !multiSeg[st - 1];
+    if (st > 0 && !joins) {
+      ++layer;
+      first = st;
+    }
+    layerOf[st] = layer;
+  }
+  return layerOf;
+}
+
 Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish, int self) {
   RC_ASSERT(segElems > 0);
   Plan plan;
@@ -192,20 +227,20 @@ Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish, int sel
     (op.kind == OpKind::kSend ? c.sends : c.recvs).push_back(i);
   }
 
-  // Waves: ops are in (step, transfer, segment) order; regroup by (step, segment).
+  // Waves (plan.h): the transfers by (layer, segment).
+  const std::vector<int> layerOf = stepLayers(plan, schedule.steps.size());
+  // Ops are in (step, transfer, segment) order; regroup by (layer, segment).
   std::vector<uint32_t> byWave;
   for (uint32_t i = 0; i < ops.size(); ++i) {
     if (ops[i].kind != OpKind::kFinish && !local(ops[i].kind)) byWave.push_back(i);
   }
-  std::stable_sort(byWave.begin(), byWave.end(), [&](uint32_t a, uint32_t b) {
-    return std::make_pair(ops[a].step, ops[a].seg) < std::make_pair(ops[b].step, ops[b].seg);
-  });
+  auto key = [&](uint32_t i) {
+    return std::make_pair(layerOf[static_cast<size_t>(ops[i].step)], ops[i].seg);
+  };
+  std::stable_sort(byWave.begin(), byWave.end(),
+                   [&](uint32_t a, uint32_t b) { return key(a) < key(b); });
   for (uint32_t i : byWave) {
-    const PlanOp& op = ops[i];
-    if (plan.waves.empty() || ops[plan.waves.back()[0]].step != op.step ||
-        ops[plan.waves.back()[0]].seg != op.seg) {
-      plan.waves.emplace_back();
-    }
+    if (plan.waves.empty() || key(plan.waves.back()[0]) != key(i)) plan.waves.emplace_back();
     plan.waves.back().push_back(i);
   }
   return plan;

@@ -18,9 +18,21 @@
 // A local transfer's two ranges are cut the same way into local operations, which
 // read one range and write the other; they are in no channel and no wave.
 //
-// Waves: the operations of one step with the same segment index. A stream-ordered
-// transport (NCCL) gets one batch per wave, in wave order, on every rank, so that
-// every batch pairs with the same batch of its peers.
+// Waves: what a stream-ordered transport (NCCL) gets as one batch, in wave order.
+// Steps are grouped into layers: a step joins the layer of the step before it when
+// none of its sends and in-place receives depends on an operation of that layer
+// (a receive-reduce lands in staging and only its consume waits) and every
+// transfer of both steps is one segment. A wave is the transfers of one layer with
+// the same segment index: a one-hop collective (one-shot; two-shot's reduce-scatter,
+// then its all-gather; all-to-all) posts each phase as one batch, a ring one per
+// step and segment. Why a rank may group steps its peers do not, and still never
+// wait forever: messages pair within a step (schedule.h); each rank's batches run
+// in order and hold ascending (step, segment) ranges, a grouped batch only steps of
+// one segment; NCCL progresses the operations of one group independently. So the
+// first operation that never started would have to sit behind an earlier batch
+// that never completed, whose operations pair with peers' operations that come
+// before it in (step, segment) order and so did start: there is none.
+// tests/test_schedule.py checks these properties on every algorithm's plans.
 //
 // Forwarding: when a send carries exactly the elements a receive-reduce just
 // produced and depends on nothing else, the executor may write the reduction
@@ -70,8 +82,13 @@ struct Plan {
   std::vector<Channel> channels;
   std::vector<uint32_t> finishes;  // kFinish ops, in order
   std::vector<uint32_t> locals;    // kLocal* ops, in order
-  std::vector<std::vector<uint32_t>> waves;  // transfers by (step, segment), in order
+  std::vector<std::vector<uint32_t>> waves;  // transfers by (layer, segment), in order
 };
+
+// The layer of each of a schedule's `steps` steps (Waves, above), from its plan's
+// operations and dependencies: what compilePlan groups waves by, and what the cost
+// model counts a stream-ordered transport's batches by (bindings: schedule_layers).
+std::vector<int> stepLayers(const Plan& plan, size_t steps);
 
 // `finish`: also plan a kFinish op on every range the schedule marks reduced.
 // `self`: the rank the schedule is for (its transfers with peer `self` are local).

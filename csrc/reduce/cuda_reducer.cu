@@ -60,6 +60,43 @@ __global__ void reduceKernel(T* dst, const T* a, const T* b, size_t count, VecSp
   for (size_t i = t0 + tid; i < count; i += stride) dst[i] = applyOp<T, Op>(a[i], b[i]);
 }
 
+// Up to kMaxFold sources, passed by value (kernel parameter space).
+struct FoldSources {
+  const void* p[kMaxFold];
+};
+
+// dst = op(...op(dst, s0)..., s(k-1)) per element, the accumulator rounded to T after
+// every op as k reduceKernel launches would round it: the same bits, one launch.
+template <typename T, typename Op>
+__global__ void reduceManyKernel(T* dst, FoldSources src, int k, size_t count, VecSplit s,
+                                 const volatile int* stop) {
+  if (stopped(stop)) return;
+  const size_t tid = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  auto scalar = [&](size_t i) {
+    T acc = dst[i];
+    for (int j = 0; j < k; ++j) acc = applyOp<T, Op>(acc, static_cast<const T*>(src.p[j])[i]);
+    dst[i] = acc;
+  };
+  for (size_t i = tid; i < s.head; i += stride) scalar(i);
+  uint4* dp = reinterpret_cast<uint4*>(dst + s.head);
+  for (size_t q = tid; q < s.packs; q += stride) {
+    const uint4 dv = dp[q];
+    Pack16 acc;
+    memcpy(acc.bytes, &dv, 16);
+    for (int j = 0; j < k; ++j) {
+      const uint4 sv = reinterpret_cast<const uint4*>(static_cast<const T*>(src.p[j]) + s.head)[q];
+      Pack16 ps;
+      memcpy(ps.bytes, &sv, 16);
+      reducePack<T, Op>(acc, acc, ps);
+    }
+    uint4 out;
+    memcpy(&out, acc.bytes, 16);
+    dp[q] = out;
+  }
+  for (size_t i = count - s.tail + tid; i < count; i += stride) scalar(i);
+}
+
 template <typename T>
 __global__ void divideKernel(T* buf, size_t count, int divisor, const volatile int* stop) {
   if (stopped(stop)) return;
@@ -152,6 +189,31 @@ cudaError_t launchReduce(void* dst, const void* a, const void* b, size_t count, 
   });
 }
 
+cudaError_t launchReduceMany(void* dst, const void* const* srcs, size_t k, size_t count,
+                             DType dtype, RedOp op, cudaStream_t stream,
+                             const volatile int* stop) {
+  if (count == 0 || k == 0) return cudaSuccess;
+  if (k > kMaxFold || !opSupported(op, dtype)) return cudaErrorInvalidValue;
+  return dispatchDType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const uintptr_t d = reinterpret_cast<uintptr_t>(dst);
+    FoldSources src{};
+    for (size_t j = 0; j < k; ++j) {
+      // One split for all: every source at dst's offset from a 16-byte boundary.
+      if (reinterpret_cast<uintptr_t>(srcs[j]) % 16 != d % 16) return cudaErrorInvalidValue;
+      src.p[j] = srcs[j];
+    }
+    const VecSplit s = vectorSplit(d, d, d, count, sizeof(T));
+    return dispatchOp(op, [&](auto opTag) {
+      using Op = decltype(opTag);
+      const size_t work = std::max(s.packs, s.head + s.tail);
+      reduceManyKernel<T, Op><<<blocksFor(work), kThreads, 0, stream>>>(
+          static_cast<T*>(dst), src, static_cast<int>(k), count, s, stop);
+      return cudaGetLastError();
+    });
+  });
+}
+
 cudaError_t launchDivide(void* buf, size_t count, DType dtype, int divisor,
                          cudaStream_t stream, const volatile int* stop) {
   if (count == 0) return cudaSuccess;
@@ -174,8 +236,12 @@ cudaError_t launchMultiply(void* buf, size_t count, DType dtype, double factor,
   });
 }
 
-CudaReducer::CudaReducer(cudaStream_t stream, size_t headerSlots, size_t latchBytes)
-    : StreamOrderedReducer(latchBytes), stream_(stream), headerSlots_(headerSlots) {
+CudaReducer::CudaReducer(cudaStream_t stream, size_t headerSlots, size_t latchBytes,
+                         DeviceAllocator scratch)
+    : StreamOrderedReducer(latchBytes),
+      stream_(stream),
+      scratch_(std::move(scratch)),
+      headerSlots_(headerSlots) {
   // Host-mapped: the host sets `stop` with a plain store, with no CUDA call that
   // could queue behind a stuck kernel, and reads a device-detected mismatch without
   // synchronising.
@@ -196,6 +262,7 @@ const volatile int* CudaReducer::stopWord(size_t bytes) {
     case StopRead::kHost:
       return &deviceControl_->stop;
     case StopRead::kLatchFirst:
+      countKernels();
       latchStopKernel<<<1, 1, 0, stream_>>>(&deviceControl_->stop, latched_);
       RC_CUDA_CHECK(cudaGetLastError());
       [[fallthrough]];
@@ -206,10 +273,9 @@ const volatile int* CudaReducer::stopWord(size_t bytes) {
 }
 
 std::shared_ptr<void> CudaReducer::allocate(size_t bytes) {
-  void* p = nullptr;
-  RC_CUDA_CHECK(cudaMallocAsync(&p, bytes ? bytes : 1, stream_));
-  cudaStream_t stream = stream_;
-  return std::shared_ptr<void>(p, [stream](void* q) { cudaFreeAsync(q, stream); });
+  void* p = scratch_.alloc(bytes ? bytes : 1);
+  RC_ASSERT(p != nullptr, "no scratch buffer of ", bytes, " bytes");
+  return std::shared_ptr<void>(p, [free = scratch_.free](void* q) { free(q); });
 }
 
 CudaReducer::~CudaReducer() {
@@ -245,6 +311,8 @@ void CudaReducer::writeHeader(void* dst, const void* bytes, size_t n) {
   RC_ASSERT(n == kHeaderBytes, "a header of ", n, " bytes");
   HeaderBytes h;
   std::memcpy(h.b, bytes, kHeaderBytes);
+  StreamStats::Timer t(stats(), StreamStats::kKernel);
+  countKernels();
   writeHeaderKernel<<<1, kHeaderBytes, 0, stream_>>>(static_cast<uint8_t*>(dst), h);
   RC_CUDA_CHECK(cudaGetLastError());
 }
@@ -253,6 +321,8 @@ void CudaReducer::checkHeader(const void* got, const void* want, size_t n, int p
   RC_ASSERT(n == kHeaderBytes, "a header of ", n, " bytes");
   HeaderBytes h;
   std::memcpy(h.b, want, kHeaderBytes);
+  StreamStats::Timer t(stats(), StreamStats::kKernel);
+  countKernels();
   checkHeaderKernel<<<1, kHeaderBytes, 0, stream_>>>(static_cast<const uint8_t*>(got), h, peer,
                                                      deviceControl_, latched_);
   RC_CUDA_CHECK(cudaGetLastError());
@@ -260,8 +330,29 @@ void CudaReducer::checkHeader(const void* got, const void* want, size_t n, int p
 
 void CudaReducer::reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
                          RedOp op) {
+  if (count == 0) return;
+  StreamStats::Timer t(stats(), StreamStats::kKernel);
+  countKernels();
   RC_CUDA_CHECK(
       launchReduce(dst, a, b, count, dtype, op, stream_, stopWord(count * elementSize(dtype))));
+}
+
+void CudaReducer::reduceMany(void* dst, const void* const* srcs, size_t k, size_t count,
+                             DType dtype, RedOp op) {
+  if (count == 0 || k == 0) return;
+  const uintptr_t off = reinterpret_cast<uintptr_t>(dst) % 16;
+  bool aligned = true;
+  for (size_t j = 0; j < k; ++j) aligned = aligned && reinterpret_cast<uintptr_t>(srcs[j]) % 16 == off;
+  if (!aligned) {  // one split must serve every source: fold them one at a time
+    Reducer::reduceMany(dst, srcs, k, count, dtype, op);
+    return;
+  }
+  for (size_t j = 0; j < k; j += kMaxFold) {
+    StreamStats::Timer t(stats(), StreamStats::kKernel);
+    countKernels();
+    RC_CUDA_CHECK(launchReduceMany(dst, srcs + j, std::min(kMaxFold, k - j), count, dtype, op,
+                                   stream_, stopWord(count * elementSize(dtype))));
+  }
 }
 
 void CudaReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
@@ -271,11 +362,17 @@ void CudaReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, s
 }
 
 void CudaReducer::divide(void* buf, size_t count, DType dtype, int divisor) {
+  if (count == 0) return;
+  StreamStats::Timer t(stats(), StreamStats::kKernel);
+  countKernels();
   RC_CUDA_CHECK(
       launchDivide(buf, count, dtype, divisor, stream_, stopWord(count * elementSize(dtype))));
 }
 
 void CudaReducer::multiply(void* buf, size_t count, DType dtype, double factor) {
+  if (count == 0) return;
+  StreamStats::Timer t(stats(), StreamStats::kKernel);
+  countKernels();
   RC_CUDA_CHECK(
       launchMultiply(buf, count, dtype, factor, stream_, stopWord(count * elementSize(dtype))));
 }
@@ -286,6 +383,8 @@ void CudaReducer::copy(void* dst, const void* src, size_t bytes, bool) {
   const VecSplit s = vectorSplit(reinterpret_cast<uintptr_t>(dst),
                                  reinterpret_cast<uintptr_t>(src),
                                  reinterpret_cast<uintptr_t>(src), bytes, 1);
+  StreamStats::Timer t(stats(), StreamStats::kKernel);
+  countKernels();
   // Before the launch statement: stopWord may launch the latch kernel.
   const volatile int* stop = stopWord(bytes);
   copyKernel<<<blocksFor(std::max(s.packs, s.head + s.tail)), kThreads, 0, stream_>>>(

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 
+#include "common/device_allocator.h"
 #include "reduce/reducer.h"
 #include "reduce/types.h"
 
@@ -42,6 +43,13 @@ struct DeviceControl {
 // `stop`: a stop word in device-visible memory, or null (no check).
 cudaError_t launchReduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
                          RedOp op, cudaStream_t stream, const volatile int* stop = nullptr);
+// dst = fold of dst and the k sources, in order (Reducer::reduceMany), k <= kMaxFold
+// per launch. Every pointer at the same offset from a 16-byte boundary, else
+// cudaErrorInvalidValue (CudaReducer then reduces one source at a time).
+constexpr size_t kMaxFold = 8;
+cudaError_t launchReduceMany(void* dst, const void* const* srcs, size_t k, size_t count,
+                             DType dtype, RedOp op, cudaStream_t stream,
+                             const volatile int* stop = nullptr);
 cudaError_t launchDivide(void* buf, size_t count, DType dtype, int divisor,
                          cudaStream_t stream, const volatile int* stop = nullptr);
 cudaError_t launchMultiply(void* buf, size_t count, DType dtype, double factor,
@@ -54,7 +62,9 @@ class CudaReducer final : public StreamOrderedReducer {
   // headers differ per peer (2p + 1 in all).
   // `latchBytes`: RINGCOLL_STOP_LATCH_BYTES; kernels writing more read the latched
   // copy of the stop word (reducer.h).
-  CudaReducer(cudaStream_t stream, size_t headerSlots, size_t latchBytes);
+  // `scratch`: where a job's scratch comes from (allocate()).
+  CudaReducer(cudaStream_t stream, size_t headerSlots, size_t latchBytes,
+              DeviceAllocator scratch);
   ~CudaReducer() override;
   CudaReducer(const CudaReducer&) = delete;
   CudaReducer& operator=(const CudaReducer&) = delete;
@@ -63,15 +73,20 @@ class CudaReducer final : public StreamOrderedReducer {
               RedOp op) override;
   void reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
                DType dtype, RedOp op) override;
+  // One kernel per kMaxFold sources when they all sit at dst's offset from a
+  // 16-byte boundary; else one reduce kernel per source (Reducer's).
+  void reduceMany(void* dst, const void* const* srcs, size_t k, size_t count, DType dtype,
+                  RedOp op) override;
   void divide(void* buf, size_t count, DType dtype, int divisor) override;
   void multiply(void* buf, size_t count, DType dtype, double factor) override;
   void copy(void* dst, const void* src, size_t bytes, bool streaming) override;
   // Device copies have no read-for-ownership to avoid: never stream.
   size_t streamingBytes() const override { return static_cast<size_t>(-1); }
-  // A job's scratch in device memory, allocated and freed in the order of this
-  // reducer's stream (cudaMallocAsync / cudaFreeAsync): the free is enqueued when
-  // the last holder lets go, which the backend does only once the job's end was
-  // reached, so no kernel of the job still uses it.
+  // A job's scratch in device memory, from the scratch allocator (the caching
+  // allocator on this reducer's stream: a cudaMallocAsync per call, whose pool gave
+  // its memory back at every synchronisation, cost one-shot 70-90 us of host time
+  // a call on an H200). Freed when the last holder lets go, which the backend does
+  // only once the job's end was reached, so no kernel of the job still uses it.
   std::shared_ptr<void> allocate(size_t bytes) override;
 
   // Fingerprint headers on the device (Reducer's contract).
@@ -92,6 +107,7 @@ class CudaReducer final : public StreamOrderedReducer {
   const volatile int* stopWord(size_t bytes);
 
   cudaStream_t stream_;
+  DeviceAllocator scratch_;
   size_t headerSlots_;
   DeviceControl* control_ = nullptr;        // host address
   DeviceControl* deviceControl_ = nullptr;  // the same memory, device address

@@ -12,6 +12,7 @@
 #include <memory>
 #include <new>
 
+#include "common/stream_stats.h"
 #include "reduce/cpu_simd.h"
 #include "reduce/types.h"
 
@@ -28,6 +29,14 @@ class Reducer {
   // message). dst may alias a; dst2 aliases nothing.
   virtual void reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
                        DType dtype, RedOp op) = 0;
+  // dst[i] = op(...op(op(dst[i], srcs[0][i]), srcs[1][i])..., srcs[k-1][i]): the k
+  // sources folded into dst in order, each element bit for bit what k reduce()
+  // calls in that order give (the executor's fused consume: one kernel for a
+  // one-shot's p-1 inputs). No source aliases dst or overlaps it.
+  virtual void reduceMany(void* dst, const void* const* srcs, size_t k, size_t count,
+                          DType dtype, RedOp op) {
+    for (size_t i = 0; i < k; ++i) reduce(dst, dst, srcs[i], count, dtype, op);
+  }
   // buf[i] = buf[i] / divisor (AVG's final step).
   virtual void divide(void* buf, size_t count, DType dtype, int divisor) = 0;
   // buf[i] = buf[i] * factor (PREMUL_SUM's first step).
@@ -91,8 +100,15 @@ class StreamOrderedReducer : public Reducer {
   // The peer whose header differed (-1: none yet), and both 64-byte headers.
   virtual int mismatchPeer() const = 0;
   virtual void mismatchBytes(uint8_t* want, uint8_t* got) const = 0;
+  // Where operations are counted and timed (StreamStats::kKernels, kKernel); may
+  // stay null. Set once, before the first operation.
+  void setStats(StreamStats* stats) { stats_ = stats; }
 
  protected:
+  StreamStats* stats() const { return stats_; }
+  void countKernels(uint64_t k = 1) {
+    if (stats_) stats_->add(StreamStats::kKernels, k);
+  }
   // Which word an operation writing `bytes` reads, the policy above, for both
   // implementations: the host's; the latched copy; or the latched copy after a
   // refresh that the implementation enqueues first.
@@ -107,6 +123,7 @@ class StreamOrderedReducer : public Reducer {
  private:
   const size_t latchBytes_;
   bool stale_ = true;  // a transfer wait since the last refresh (or none yet)
+  StreamStats* stats_ = nullptr;
 };
 
 // SUM on float32, bfloat16 and float16 runs the SIMD kernels of the reducer's

@@ -37,6 +37,8 @@ class StreamReducer final : public StreamOrderedReducer {
               RedOp op) override;
   void reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
                DType dtype, RedOp op) override;
+  void reduceMany(void* dst, const void* const* srcs, size_t k, size_t count, DType dtype,
+                  RedOp op) override;
   void divide(void* buf, size_t count, DType dtype, int divisor) override;
   void multiply(void* buf, size_t count, DType dtype, double factor) override;
   void copy(void* dst, const void* src, size_t bytes, bool streaming) override;
@@ -58,6 +60,7 @@ class StreamReducer final : public StreamOrderedReducer {
   // (the host's, or the latched copy: reducer.h) is set by then.
   template <typename Fn>
   void enqueue(size_t bytes, Fn fn) {
+    countKernels();
     switch (stopRead(bytes)) {
       case StopRead::kHost:
         stream_.enqueue([this, fn] {
@@ -65,6 +68,7 @@ class StreamReducer final : public StreamOrderedReducer {
         });
         return;
       case StopRead::kLatchFirst:
+        countKernels();
         stream_.enqueue([this] {
           if (kernelsStopped()) latched_.store(true, std::memory_order_release);
         });

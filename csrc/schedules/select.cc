@@ -168,4 +168,16 @@ Choice Selector::pick(Collective c, size_t bytes, bool explain) const {
                          : because(false, "default: no RINGCOLL_ALGO ", name, " range covers it")};
 }
 
+std::string gpuDefault(int p) {
+  if (p > 8) return "ring# the CUDA default for more than 8 ranks";
+  // One-shot while each rank receives at most kGpuOneShotBytes, in whole KiB.
+  const size_t one = p > 1 ? kGpuOneShotBytes / static_cast<size_t>(p - 1) >> 10 << 10
+                           : kGpuOneShotBytes;
+  const std::string two = std::to_string(kGpuTwoShotBytes >> 20) + "M";
+  const std::string cut = std::to_string(one >> 10) + "K";
+  return "allreduce=oneshot:0-" + cut + ",twoshot:" + cut + "-" + two +
+         ",ring;reducescatter=twoshot:0-" + two + ",ring;allgather=twoshot:0-" + two +
+         ",ring# the CUDA default (schedules/select.h)";
+}
+
 }  // namespace ringcoll::algo

@@ -77,4 +77,21 @@ class Selector {
   std::vector<Rule> rules_[std::size(kCollectives)];
 };
 
+// The selection CUDA tensors (and the stream emulation, which stands for them in CI)
+// run when neither RINGCOLL_GPU_ALGO nor RINGCOLL_ALGO is set, for a group of p
+// ranks. Up to p = 8, where a small call's cost is its batches (one NCCL group
+// each) rather than its bytes: all-reduce by one-shot (one batch, one fused
+// reduction) while the (p - 1) n bytes each rank receives stay under
+// kGpuOneShotBytes, then two-shot (two batches, each rank's bytes as the ring's)
+// below kGpuTwoShotBytes; reduce-scatter and all-gather by two-shot (one batch
+// each) below kGpuTwoShotBytes; the ring above, and for larger groups (not
+// measured). Side by side on an H200 shared by 2-4 ranks (docs/GPU.md,
+// benchmarks/results/gpu-ab-h200.txt): one-shot was the fastest all-reduce up to
+// 256 KiB at p = 2, 32 KiB at p = 4, two-shot the fastest at 2 MiB for p = 3 and 4
+// (a tie at p = 2), and the fastest or tied reduce-scatter and all-gather at
+// every size to 2 MiB.
+constexpr size_t kGpuOneShotBytes = size_t{384} << 10;
+constexpr size_t kGpuTwoShotBytes = size_t{4} << 20;
+std::string gpuDefault(int p);
+
 }  // namespace ringcoll::algo

@@ -54,12 +54,53 @@ void CpuStreamTransport::computeWaits(const MarkerPtr& m) {
   });
 }
 
-void CpuStreamTransport::enqueueBatch(const std::vector<Post>& batch) {
+void CpuStreamTransport::enqueueBatch(const std::vector<Post>& batch, bool onCompute) {
   if (++batches_ == failAfter_) {
     throw std::runtime_error(RC_STR("RINGCOLL_STREAM_FAIL_AFTER=", failAfter_,
                                     ": the injected failure of this rank's batch ", batches_));
   }
-  transfer_.enqueue([this, batch] { runBatch(batch); });
+  if (onCompute) {
+    compute_.enqueue([this, batch] { runBatchOnCompute(batch); });
+    return;
+  }
+  transfer_.enqueue([this, batch] {
+    try {
+      runBatch(batch);
+    } catch (...) {
+      fail(std::current_exception());
+      throw;  // fails the transfer stream: its later batches are skipped
+    }
+  });
+}
+
+bool CpuStreamTransport::reached(const MarkerPtr& m) {
+  return static_cast<HostMarker&>(*m).m->done();
+}
+
+void CpuStreamTransport::fail(std::exception_ptr e) {
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  if (failure_.empty()) failure_ = describe(e);
+}
+
+std::string CpuStreamTransport::failure() const {
+  std::lock_guard<std::mutex> lock(failureMutex_);
+  return failure_;
+}
+
+void CpuStreamTransport::runBatchOnCompute(const std::vector<Post>& batch) {
+  // After a failure it is skipped, as an NCCL kernel on a communicator in error;
+  // either way what is queued behind it waits for the abort.
+  if (failure().empty() && !transfer_.error()) {
+    try {
+      runBatch(batch);
+      return;
+    } catch (...) {
+      fail(std::current_exception());
+    }
+  }
+  while (!transfer_.aborted() && !compute_.aborted()) {
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
 }
 
 void* CpuStreamTransport::allocStaging(size_t bytes) {
@@ -69,6 +110,11 @@ void* CpuStreamTransport::allocStaging(size_t bytes) {
 void CpuStreamTransport::freeStaging(void* p) { ::operator delete(p, std::align_val_t{64}); }
 
 void CpuStreamTransport::runBatch(const std::vector<Post>& batch) {
+  {
+    // After a failure on `compute`, as on an NCCL communicator in error.
+    const std::string earlier = failure();
+    if (!earlier.empty()) throw PeerError(-1, earlier);
+  }
   // Posts to one peer go to the host transport in batch order (its messages pair
   // in post order); posts to different peers do not wait for each other.
   const int p = size();

@@ -15,15 +15,22 @@
 // Bytes move over the backend's host transport (shared memory within a host,
 // gloo between hosts), used by the transfer thread alone.
 //
-// A failure inside a batch (a peer exited, abort()) fails the transfer stream
-// (error()), as an NCCL error fails the communicator: later batches are skipped;
-// the host learns of it from error(). Compute work ordered after a failed batch
-// waits, as behind an NCCL kernel stuck on a dead peer, until the transfers are
-// aborted, and then runs: only the reducer's stop word, which the backend sets
-// before it aborts them, keeps it from reading bytes that never came, as on a GPU.
+// A batch runs on the thread of the queue StreamTransport chose: `transfer`, or
+// `compute` itself (stream_transport.h), where it holds up the reductions behind
+// it as an NCCL kernel on the comm stream does.
+//
+// A failure inside a batch (a peer exited, abort()) is the transport's failure
+// (failure()), as an NCCL error fails the communicator: later batches are skipped
+// on either queue (on `transfer` the failure also fails the stream, as before).
+// Compute work ordered after a failed batch waits, as behind an NCCL kernel stuck
+// on a dead peer, until the transfers are aborted, and then runs: only the
+// reducer's stop word, which the backend sets before it aborts them, keeps it from
+// reading bytes that never came, as on a GPU.
 #pragma once
 
 #include <atomic>
+#include <exception>
+#include <mutex>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -54,6 +61,8 @@ class CpuStreamTransport final : public StreamTransport {
     transfer_.abort();
     inner_.wake();
   }
+  // The first batch's failure ("" if none), on either queue. Thread-safe.
+  std::string failure() const;
 
  private:
   struct HostMarker;
@@ -62,17 +71,28 @@ class CpuStreamTransport final : public StreamTransport {
   MarkerPtr markTransfer() override { return wrap(transfer_.mark()); }
   void transferWaits(const MarkerPtr& m) override;
   void computeWaits(const MarkerPtr& m) override;
-  void enqueueBatch(const std::vector<Post>& batch) override;
+  void enqueueBatch(const std::vector<Post>& batch, bool onCompute) override;
+  bool reached(const MarkerPtr& m) override;
+  std::string aborted() override {
+    return transfer_.aborted() ? "the transfers were aborted" : "";
+  }
   void* allocStaging(size_t bytes) override;
   void freeStaging(void* p) override;
-  // On the transfer thread: the batch, as one unit.
+  // On the thread of the batch's queue: the batch, as one unit.
   void runBatch(const std::vector<Post>& batch);
+  // runBatch on `compute`: a failure is recorded, not thrown (the compute stream
+  // goes on, as a GPU's does), and the task returns only once the transfers are
+  // aborted, as a kernel stuck on a dead peer exits only then.
+  void runBatchOnCompute(const std::vector<Post>& batch);
+  void fail(std::exception_ptr e);
 
   Transport& inner_;
   CpuStream& compute_;
   std::atomic<int> waitPeer_{-1};
   const size_t failAfter_;
   size_t batches_ = 0;
+  mutable std::mutex failureMutex_;
+  std::string failure_;
   CpuStream transfer_;  // last: its thread stops before the members above go
 };
 

@@ -24,13 +24,13 @@
 // (both communicators) as before. `blocking` (RINGCOLL_NCCL_BLOCKING=1) makes the
 // communicator blocking from its creation. No torch here.
 //
-// Known risk of a blocking communicator (found in review, not seen on a GPU): its
-// ncclGroupEnd launches on the calling thread, under this lock, and a launch can
-// block when the stream's launch queue is full behind a kernel that waits for a dead
-// peer; abort() then waits for the lock that only the abort would free. It needs the
-// host to run hundreds of launches ahead of a stuck GPU. The way out, for a GPU
-// session: bound the batches in flight before taking the lock, or abort without it
-// (as ProcessGroupNCCL's watchdog does).
+// A blocking communicator's ncclGroupEnd launches on the calling thread, under this
+// lock, and a launch blocks when the stream's launch queue is full behind a kernel
+// that waits for a dead peer; abort() would then wait for the lock that only the
+// abort could free. So the transport never enqueues a batch while
+// RINGCOLL_MAX_BATCHES_IN_FLIGHT are in flight: it waits for room first, holding no
+// lock, and gives up when the communicator is aborted (stream_transport.h's
+// in-flight bound; tests/test_stream.py runs it on the emulation).
 #pragma once
 
 #include <nccl.h>

@@ -6,11 +6,8 @@
 namespace ringcoll {
 
 struct NcclTransport::Event : StreamTransport::Marker {
-  cudaEvent_t ev = nullptr;
-  // Destroying a recorded event is allowed: its resources go once it completes.
-  ~Event() override {
-    if (ev) cudaEventDestroy(ev);
-  }
+  Event(std::shared_ptr<CudaEventPool> pool, cudaStream_t stream) : e(std::move(pool), stream) {}
+  PooledEvent e;
 };
 
 NcclTransport::NcclTransport(NcclComm& comm, int rank, int size, cudaStream_t compute,
@@ -18,6 +15,7 @@ NcclTransport::NcclTransport(NcclComm& comm, int rank, int size, cudaStream_t co
     : StreamTransport(rank, size, slotBytes),
       comm_(comm),
       compute_(compute),
+      events_(std::make_shared<CudaEventPool>()),
       allocator_(std::move(allocator)) {
   RC_CUDA_CHECK(cudaStreamCreateWithFlags(&transfer_, cudaStreamNonBlocking));
   if (connectAll) this->connectAll();
@@ -59,22 +57,26 @@ NcclTransport::~NcclTransport() {
 }
 
 StreamTransport::MarkerPtr NcclTransport::record(cudaStream_t stream) {
-  auto e = std::make_shared<Event>();
-  RC_CUDA_CHECK(cudaEventCreateWithFlags(&e->ev, cudaEventDisableTiming));
-  RC_CUDA_CHECK(cudaEventRecord(e->ev, stream));
-  return e;
+  return std::make_shared<Event>(events_, stream);
+}
+
+bool NcclTransport::reached(const MarkerPtr& m) { return static_cast<Event&>(*m).e.reached(); }
+
+std::string NcclTransport::aborted() {
+  return comm_.aborted() ? "the NCCL communicator was aborted" : "";
 }
 
 void NcclTransport::transferWaits(const MarkerPtr& m) {
-  RC_CUDA_CHECK(cudaStreamWaitEvent(transfer_, static_cast<Event&>(*m).ev, 0));
+  RC_CUDA_CHECK(cudaStreamWaitEvent(transfer_, static_cast<Event&>(*m).e.ev, 0));
 }
 
 void NcclTransport::computeWaits(const MarkerPtr& m) {
-  RC_CUDA_CHECK(cudaStreamWaitEvent(compute_, static_cast<Event&>(*m).ev, 0));
+  RC_CUDA_CHECK(cudaStreamWaitEvent(compute_, static_cast<Event&>(*m).e.ev, 0));
 }
 
-void NcclTransport::enqueueBatch(const std::vector<Post>& batch) {
+void NcclTransport::enqueueBatch(const std::vector<Post>& batch, bool onCompute) {
   const int first = batch.front().peer;
+  cudaStream_t stream = onCompute ? compute_ : transfer_;
   // Under the communicator's lock: the watchdog cannot abort it half-way through
   // a batch, and an aborted communicator is never called.
   auto lk = comm_.lock();
@@ -83,9 +85,9 @@ void NcclTransport::enqueueBatch(const std::vector<Post>& batch) {
   try {
     for (const Post& p : batch) {
       if (p.send) {
-        RC_NCCL_CHECK(ncclSend(p.ptr, p.bytes, ncclUint8, p.peer, comm, transfer_), p.peer);
+        RC_NCCL_CHECK(ncclSend(p.ptr, p.bytes, ncclUint8, p.peer, comm, stream), p.peer);
       } else {
-        RC_NCCL_CHECK(ncclRecv(p.ptr, p.bytes, ncclUint8, p.peer, comm, transfer_), p.peer);
+        RC_NCCL_CHECK(ncclRecv(p.ptr, p.bytes, ncclUint8, p.peer, comm, stream), p.peer);
       }
     }
   } catch (...) {
@@ -97,8 +99,12 @@ void NcclTransport::enqueueBatch(const std::vector<Post>& batch) {
   }
   RC_NCCL_CHECK(ncclGroupEnd(), first);
   // Non-blocking: the batch is on the stream once the communicator is ready (after
-  // connecting to a peer not connected yet: see connectAll).
-  comm_.waitReady(lk, RC_STR("enqueuing transfers with rank ", first), first);
+  // connecting to a peer not connected yet: see connectAll). A blocking
+  // communicator's ncclGroupEnd returned with it enqueued (or an error, thrown
+  // above); a later asynchronous error is the watchdog's to see.
+  if (!comm_.blocking()) {
+    comm_.waitReady(lk, RC_STR("enqueuing transfers with rank ", first), first);
+  }
 }
 
 void* NcclTransport::allocStaging(size_t bytes) {

@@ -5,9 +5,10 @@
 // gives (torch's caching allocator), not from raw cudaMalloc.
 //
 // `compute` is the backend's comm stream (where the reducer's kernels run); the
-// transfer stream is this transport's own. Markers are CUDA events; a batch is one
-// ncclGroupStart ... ncclGroupEnd on the transfer stream; staging buffers are
-// device memory.
+// transfer stream is this transport's own. Markers are CUDA events from a pool
+// (common/cuda_events.h: made once, recorded again); a batch is one
+// ncclGroupStart ... ncclGroupEnd on the stream StreamTransport chose; staging
+// buffers are device memory.
 //
 // With `connectAll` (collectives), connections are made when the transport is
 // created, to every peer at once (one byte each way in one group), so no
@@ -29,6 +30,8 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_events.h"
+#include "common/device_allocator.h"
 #include "transport/nccl_comm.h"
 #include "transport/stream_transport.h"
 
@@ -36,12 +39,8 @@ namespace ringcoll {
 
 class NcclTransport final : public StreamTransport {
  public:
-  // Where staging buffers come from: the backend passes torch's caching allocator,
-  // so they show in torch.cuda.memory_* and are reused from its pool.
-  struct Allocator {
-    std::function<void*(size_t)> alloc;
-    std::function<void(void*)> free;
-  };
+  // Where staging buffers come from (common/device_allocator.h).
+  using Allocator = DeviceAllocator;
   NcclTransport(NcclComm& comm, int rank, int size, cudaStream_t compute, size_t slotBytes,
                 Allocator allocator, bool connectAll);
   ~NcclTransport() override;
@@ -50,13 +49,15 @@ class NcclTransport final : public StreamTransport {
   cudaStream_t transferStream() const { return transfer_; }
 
  private:
-  struct Event;  // a recorded CUDA event
+  struct Event;  // a marker: a pooled CUDA event (common/cuda_events.h)
   MarkerPtr record(cudaStream_t stream);
   MarkerPtr markCompute() override { return record(compute_); }
   MarkerPtr markTransfer() override { return record(transfer_); }
   void transferWaits(const MarkerPtr& m) override;
   void computeWaits(const MarkerPtr& m) override;
-  void enqueueBatch(const std::vector<Post>& batch) override;
+  void enqueueBatch(const std::vector<Post>& batch, bool onCompute) override;
+  bool reached(const MarkerPtr& m) override;
+  std::string aborted() override;
   void* allocStaging(size_t bytes) override;
   void freeStaging(void* p) override;
   // Every peer connected (see above); the bytes land in connectBuf_.
@@ -64,6 +65,7 @@ class NcclTransport final : public StreamTransport {
 
   NcclComm& comm_;
   cudaStream_t compute_;
+  std::shared_ptr<CudaEventPool> events_;
   Allocator allocator_;
   cudaStream_t transfer_ = nullptr;
   void* connectBuf_ = nullptr;  // 2 * size bytes: what connectAll() sends and receives

@@ -38,28 +38,125 @@ bool StreamTransport::tryPostRecv(int peer, void* dst, size_t bytes) {
     staged = true;
   }
   batch_.push_back(Post{false, peer, dst, bytes});
-  recvs_[peer].push_back(Recv{dst, staged, nullptr});
+  recvs_[peer].push_back(Recv{dst, staged});
   return true;
+}
+
+bool StreamTransport::consumesPending() const {
+  for (const auto& q : recvs_) {
+    // Flushed receives are at the front of each queue (posts are appended).
+    if (!q.empty() && q.front().flushed) return true;
+  }
+  return false;
 }
 
 void StreamTransport::flush() {
   if (batch_.empty()) return;
-  transferWaits(markCompute());
-  enqueueBatch(batch_);
-  MarkerPtr done = markTransfer();
+  awaitRoom();
+  const bool onCompute = !consumesPending();
+  MarkerPtr done;
+  if (onCompute) {
+    // Batches run in flush order whichever queue they are on.
+    if (last_ && !lastJoined_) joinCompute(last_);
+    {
+      StreamStats::Timer t(stats_, StreamStats::kBatch);
+      enqueueBatch(batch_, /*onCompute=*/true);
+    }
+    count(StreamStats::kBatchesOnCompute);
+  } else {
+    {
+      StreamStats::Timer t(stats_, StreamStats::kMarker);
+      transferWaits(markCompute());
+    }
+    count(StreamStats::kMarkers);
+    count(StreamStats::kStreamWaits);
+    {
+      StreamStats::Timer t(stats_, StreamStats::kBatch);
+      enqueueBatch(batch_, /*onCompute=*/false);
+    }
+    {
+      StreamStats::Timer t(stats_, StreamStats::kMarker);
+      done = markTransfer();
+    }
+    count(StreamStats::kMarkers);
+    last_ = done;
+    lastJoined_ = false;
+  }
+  ++flushed_;
+  count(StreamStats::kBatches);
+  count(StreamStats::kPosts, batch_.size());
+  if (done) {
+    probes_.push_back(Probe{flushed_, done});
+    lastProbe_ = flushed_;
+  } else if (maxBatches_ > 0 && flushed_ - lastProbe_ >= kProbeEvery) {
+    {
+      StreamStats::Timer t(stats_, StreamStats::kMarker);
+      probes_.push_back(Probe{flushed_, markCompute()});
+    }
+    count(StreamStats::kMarkers);
+    lastProbe_ = flushed_;
+  }
   for (auto& q : recvs_) {
     for (auto& r : q) {
-      if (!r.done) r.done = done;
+      if (r.flushed) continue;
+      r.flushed = true;
+      r.done = done;
+      // On `compute`, work enqueued after the batch is ordered after it already;
+      // the reducer's large kernels re-read the stop word behind it (join hook).
+      r.waited = onCompute;
     }
   }
+  if (onCompute && joinHook_) joinHook_();
   for (int peer = 0; peer < size_; ++peer) flushedSends_[peer] = postedSends_[peer];
-  last_ = done;
   batch_.clear();
+}
+
+void StreamTransport::noteCompleted() {
+  while (!probes_.empty() && reached(probes_.front().marker)) {
+    completed_ = probes_.front().batches;
+    probes_.pop_front();
+  }
+}
+
+void StreamTransport::awaitRoom() {
+  if (maxBatches_ == 0 || flushed_ - completed_ < maxBatches_) return;
+  noteCompleted();
+  if (flushed_ - completed_ < maxBatches_) return;
+  count(StreamStats::kHostWaits);
+  // The newest batches may have no marker yet (on `compute`, between probes).
+  if (lastProbe_ < flushed_) {
+    probes_.push_back(Probe{flushed_, markCompute()});
+    count(StreamStats::kMarkers);
+    lastProbe_ = flushed_;
+  }
+  auto since = Clock::now();
+  uint64_t seen = completed_;
+  for (;;) {
+    const std::string why = aborted();
+    if (!why.empty()) {
+      throw PeerError(-1, RC_STR(why, " while this rank waited for room to enqueue (",
+                                 flushed_ - completed_, " batches in flight)"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+    noteCompleted();
+    if (flushed_ - completed_ < maxBatches_) return;
+    const auto now = Clock::now();
+    if (completed_ != seen) {
+      seen = completed_;
+      since = now;
+    } else if (now - since > stall_) {
+      throw PeerError(-1,
+                      RC_STR("Timed out after ", stall_.count(), " ms waiting for room to "
+                             "enqueue: ", flushed_ - completed_, " batches in flight, none "
+                             "completed (a peer stopped?)"),
+                      /*timedOut=*/true);
+    }
+  }
 }
 
 const void* StreamTransport::recvView(int peer) {
   auto& q = recvs_[peer];
-  if (q.empty() || !q.front().done) return nullptr;
+  if (q.empty() || !q.front().flushed) return nullptr;
   Recv& r = q.front();
   if (!r.waited) {
     joinCompute(r.done);
@@ -78,11 +175,17 @@ void StreamTransport::releaseRecv(int peer) {
 }
 
 void StreamTransport::fence() {
-  if (last_) joinCompute(last_);
+  if (last_ && !lastJoined_) joinCompute(last_);
 }
 
 void StreamTransport::joinCompute(const MarkerPtr& m) {
-  computeWaits(m);
+  {
+    StreamStats::Timer t(stats_, StreamStats::kMarker);
+    computeWaits(m);
+  }
+  count(StreamStats::kStreamWaits);
+  // Markers of `transfer` complete in order: waiting for the last one covers all.
+  if (m == last_) lastJoined_ = true;
   if (joinHook_) joinHook_();
 }
 

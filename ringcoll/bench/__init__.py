@@ -451,6 +451,11 @@ def emit(rows, args, meta):
     print(f"# per point: median over {args.runs} runs of the slowest rank's per-call median, "
           f"min-max of the runs; budget {args.budget:g} s, {args.iters}-{args.max_calls} "
           f"calls per run; ringcoll transport {args.transport}")
+    if args.device == "cuda":
+        print("# a call's time (cuda): CUDA events on the caller's stream around issue and "
+              "wait, calls back to back; an event's time is when the GPU reaches it, so "
+              "host work a backend does before its first GPU command may fall outside "
+              "(benchmarks/gpu_host_cost.py times the same calls on the host clock)")
     print()
     print(report.tables(rows))
     comp = report.comparison_table(rows)

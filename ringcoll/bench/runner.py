@@ -31,8 +31,15 @@ throughput instead).
 
 Clocks: time.perf_counter on CPU. On CUDA a pair of events on the current stream
 around issue + wait, then a host synchronize before the next call: each call is
-timed alone (issue latency included, since the start event fires on an idle stream
-before the collective is enqueued) and calls never overlap, as on CPU.
+timed alone and calls never overlap, as on CPU. What the span holds: an event's time
+is when the GPU reaches it, and a recorded event reaches the GPU with the next
+commands the process submits. A backend whose call submits a command early (ringcoll
+orders its comm stream after the caller's at the start of its launch) has its whole
+host launch inside the span; one that submits its first command at the end of its
+launch (ProcessGroupNCCL's kernel) can have most of it outside. On an H200 under MPS,
+NCCL's 8-byte all-reduce read 71 us here against 97 us of host time to issue it
+(docs/GPU.md, "Where a small call's time goes"; benchmarks/gpu_host_cost.py reports
+the host clock's view beside this one).
 """
 
 from __future__ import annotations

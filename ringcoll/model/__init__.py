@@ -92,7 +92,7 @@ SCHEDULE_NAME = {"all_reduce": "allreduce", "reduce_scatter": "reduce_scatter",
 SELECT_NAME = {"all_reduce": "allreduce", "reduce_scatter": "reducescatter",
                "all_gather": "allgather", "broadcast": "broadcast", "reduce": "reduce"}
 COLLECTIVES = tuple(SCHEDULE_NAME)
-TRANSPORTS = ("shm", "gloo")
+TRANSPORTS = ("shm", "gloo")  # the host transports; "nccl" is CUDA's (GPU_LINK)
 DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 HEADER_BYTES = 64
 DEFAULT_CHUNK_BYTES = 1 << 20
@@ -106,12 +106,25 @@ class CalibrationError(ValueError):
 @dataclass
 class LinkCost:
     """One transport's constants, in seconds (per call, per message end, per byte
-    end, per message when ranks outnumber cores, per step in which anything moves)."""
+    end, per message when ranks outnumber cores, per step in which anything moves),
+    and what sets a transport apart from the calibration's host transports where
+    it does: its own segment size (chunk_bytes, 0: the calibration's), whether its
+    calls carry the header (fingerprint, -1: the calibration's), its own seconds
+    per byte reduced and copied (gamma, copy; -1: the calibration's), and whether it
+    runs steps in batches (layered: a stream-ordered transport, NCCL, posts the
+    steps of a layer as one batch, engine/plan.h, and pays a layer as one step), and
+    the cores of the host its ranks share (cores, 0: the calibration's)."""
     overhead: float
     alpha: float
     beta: float
     wake: float = 0.0
     step: float = 0.0
+    chunk_bytes: int = 0
+    fingerprint: int = -1
+    gamma: float = -1.0
+    copy: float = -1.0
+    layered: bool = False
+    cores: int = 0
 
 
 @dataclass
@@ -150,9 +163,25 @@ DEFAULTS = Calibration(
     transports={"shm": LinkCost(overhead=7.0e-6, alpha=2.7e-8, beta=2.5e-11),
                 "shm/crowded": LinkCost(overhead=2.0e-5, alpha=2.6e-6, beta=5.6e-11, step=7.2e-7),
                 "gloo": LinkCost(overhead=1.75e-4, alpha=4.7e-5, beta=2.7e-10),
-                "gloo/crowded": LinkCost(overhead=2.4e-4, alpha=5.3e-5, beta=1.9e-10)},
+                "gloo/crowded": LinkCost(overhead=2.4e-4, alpha=5.3e-5, beta=1.9e-10),
+                # CUDA tensors over NCCL (GPU_CALIBRATION below)
+                "nccl": None},
     gamma={"float32": 4.8e-11, "float64": 4.6e-11, "float16": 4.7e-11, "bfloat16": 4.6e-11},
     copy=4.8e-11, cores=os.cpu_count() or 1, source="defaults")
+
+
+# The GPU transport: CUDA tensors over NCCL point-to-point, ringcoll's kernels on the
+# GPU, steps run as batches (engine/plan.h), a batch's messages to different peers
+# at once (alpha fits to 0: a batch costs `step` whatever its peers), no header
+# (RINGCOLL_GPU_FINGERPRINT=0), 8 MiB segments (RINGCOLL_GPU_CHUNK_BYTES), the GPU
+# machine's 16 cores. Rounded from benchmarks/results/model-gpu-h200.json
+# (benchmarks/gpu_calibrate.py: one H200 shared by 2-4 ranks over NCCL's socket
+# transport); gamma and copy are the reduce and copy kernels' seconds per byte
+# (about 1 TB/s, benchmarks/results/kernel-bw-h200-stopword.txt).
+GPU_LINK = LinkCost(overhead=4.8e-5, alpha=0.0, beta=2.3e-10, step=3.1e-5,
+                    chunk_bytes=8 << 20, fingerprint=0, gamma=1.0e-12, copy=1.0e-12,
+                    layered=True, cores=16)
+DEFAULTS.transports["nccl"] = GPU_LINK
 
 
 def from_json(d: dict, source: str) -> Calibration:
@@ -166,14 +195,21 @@ def from_json(d: dict, source: str) -> Calibration:
         for name, v in d["transports"].items():
             links[name] = LinkCost(**{k: float(v[k]) for k in ("overhead", "alpha", "beta")},
                                    wake=float(v.get("wake", 0.0)),
-                                   step=float(v.get("step", 0.0)))
+                                   step=float(v.get("step", 0.0)),
+                                   chunk_bytes=int(v.get("chunk_bytes", 0)),
+                                   fingerprint=int(v.get("fingerprint", -1)),
+                                   gamma=float(v.get("gamma", -1.0)),
+                                   copy=float(v.get("copy", -1.0)),
+                                   layered=bool(v.get("layered", False)),
+                                   cores=int(v.get("cores", 0)))
         gamma = {k: float(v) for k, v in d["gamma"].items()}
         cores = int(d["cores"])
         copy = float(d.get("copy", DEFAULT_COPY))
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise bad(f"missing or malformed field ({type(e).__name__}: {e})") from None
     for name, lc in links.items():
-        for k, v in asdict(lc).items():
+        for k in ("overhead", "alpha", "beta", "wake", "step", "chunk_bytes", "cores"):
+            v = getattr(lc, k)
             if not (v >= 0 and np.isfinite(v)):
                 raise bad(f"transport {name} {k} = {v} is not a finite number >= 0")
     if not (copy >= 0 and np.isfinite(copy)):
@@ -283,22 +319,37 @@ class Payments:
         return np.bincount(self.step * self.p + self.rank, weights,
                            self.steps * self.p).reshape(self.steps, self.p)
 
-    def counts(self) -> np.ndarray:
-        """(msgs, bytes, reduced) per step and rank: shape (steps, p, 3)."""
-        return np.stack([self.per_step(w) for w in (self.msgs, self.nbytes, self.reduced)],
+    def counts(self, concurrent: bool = False) -> np.ndarray:
+        """(msgs, bytes, reduced) per step and rank: shape (steps, p, 3). With
+        `concurrent` (a batched transport: one NCCL group's messages to different
+        peers move at once), msgs is the most any one peer of the rank exchanges
+        with it in the step, not their sum."""
+        msgs = self.per_step(self.msgs)
+        if concurrent and len(self.msgs):
+            key = (self.step * self.p + self.rank) * self.p + self.peer
+            per_peer = np.bincount(key, self.msgs, self.steps * self.p * self.p)
+            msgs = per_peer.reshape(self.steps, self.p, self.p).max(axis=2)
+        return np.stack([msgs] + [self.per_step(w) for w in (self.nbytes, self.reduced)],
                         axis=-1)
 
 
-def payments(tr: Transfers, elem: int, chunk_bytes: int, fingerprint: bool) -> Payments:
+def payments(tr: Transfers, elem: int, chunk_bytes: int, fingerprint: bool,
+             layers=None) -> Payments:
     """tr's payments for elements of `elem` bytes cut into segments of at most
     chunk_bytes (the executor skips empty transfers on both sides, so they pay
-    nothing)."""
+    nothing). `layers` (one per step): the batch each step runs in on a
+    stream-ordered transport, which then counts as one step."""
     p, rows = tr.p, tr.rows
     rows = rows[rows[:, 4] < rows[:, 5]]
     seg = max(1, chunk_bytes // elem) * elem
     nb = (rows[:, 5] - rows[:, 4]) * elem
     header = bool(fingerprint and p > 1)
-    step, rank, peer = rows[:, 1] + header, rows[:, 0], rows[:, 3]
+    steps = tr.steps
+    step = rows[:, 1]
+    if layers is not None and len(layers):
+        layers = np.asarray(layers, dtype=np.int64)
+        step, steps = layers[step], int(layers.max()) + 1
+    step, rank, peer = step + header, rows[:, 0], rows[:, 3]
     moved = peer != rank  # a local transfer moves nothing
     msgs = np.where(moved, -(-nb // seg), 0)
     reduced = np.where((rows[:, 2] == KINDS["recv_reduce"]), nb, 0)
@@ -313,7 +364,7 @@ def payments(tr: Transfers, elem: int, chunk_bytes: int, fingerprint: bool) -> P
         nb = np.concatenate([np.full(k, 2 * HEADER_BYTES), nb])
         reduced = np.concatenate([np.zeros(k, np.int64), reduced])
     f = np.float64
-    return Payments(p, tr.steps + header, step, rank, peer, msgs.astype(f), nb.astype(f),
+    return Payments(p, steps + header, step, rank, peer, msgs.astype(f), nb.astype(f),
                     reduced.astype(f))
 
 
@@ -368,12 +419,22 @@ def staging_bytes(collective: str, p: int, n: int, elem: int) -> np.ndarray:
 
 
 def loads(algo, collective, p, nbytes, dtype="float32", chunk_bytes=DEFAULT_CHUNK_BYTES,
-          fingerprint=True) -> np.ndarray:
+          fingerprint=True, layered=False) -> np.ndarray:
     """(msgs, bytes, reduced) per step and rank, shape (steps, p, 3), the header
-    step first when `fingerprint`."""
+    step first when `fingerprint`; per batch instead of per step when `layered`,
+    where a batch's messages to different peers count once (Payments.counts)."""
     elem = DTYPE_BYTES[dtype]
     n = elements(collective, nbytes, p, elem)
-    return payments(transfers(algo, collective, p, n), elem, chunk_bytes, fingerprint).counts()
+    layers = (layers_of(algo, collective, p, n, max(1, chunk_bytes // elem))
+              if layered else None)
+    return payments(transfers(algo, collective, p, n), elem, chunk_bytes, fingerprint,
+                    layers).counts(concurrent=layered)
+
+
+@functools.lru_cache(maxsize=64)
+def layers_of(algo: str, collective: str, p: int, n: int, seg_elems: int) -> tuple:
+    """The batch of each step on a stream-ordered transport (_C.schedule_layers)."""
+    return tuple(_C.schedule_layers(algo, SCHEDULE_NAME[collective], p, n, seg_elems))
 
 
 def staging_term(collective: str, p: int, n: int, elem: int, per_host: int, cores: int) -> float:
@@ -395,19 +456,23 @@ def terms(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float
     copy bytes, steps) along its critical path under `cal`; predict() is their dot
     product with the constants."""
     link = cal.link(transport, p)
-    g = cal.gamma.get(dtype, cal.gamma["float32"])
-    ld = loads(algo, collective, p, nbytes, dtype, cal.chunk_bytes, cal.fingerprint)
-    per = np.array([link.alpha + (link.wake if p > cal.cores else 0.0), link.beta, g])
-    _, t = critical_path(ld @ per, ld, p, cal.cores)
+    g = link.gamma if link.gamma >= 0 else cal.gamma.get(dtype, cal.gamma["float32"])
+    fingerprint = cal.fingerprint if link.fingerprint < 0 else bool(link.fingerprint)
+    ld = loads(algo, collective, p, nbytes, dtype, link.chunk_bytes or cal.chunk_bytes,
+               fingerprint, link.layered)
+    cores = link.cores or cal.cores
+    per = np.array([link.alpha + (link.wake if p > cores else 0.0), link.beta, g])
+    _, t = critical_path(ld @ per, ld, p, cores)
     elem = DTYPE_BYTES[dtype]
-    t[5] = staging_term(collective, p, elements(collective, nbytes, p, elem), elem, p, cal.cores)
+    t[5] = staging_term(collective, p, elements(collective, nbytes, p, elem), elem, p, cores)
     return t
 
 
 def constants(transport, cal: Calibration, dtype="float32", p: int = 1) -> np.ndarray:
     link = cal.link(transport, p)
-    return np.array([link.overhead, link.alpha, link.beta,
-                     cal.gamma.get(dtype, cal.gamma["float32"]), link.wake, cal.copy, link.step])
+    g = link.gamma if link.gamma >= 0 else cal.gamma.get(dtype, cal.gamma["float32"])
+    return np.array([link.overhead, link.alpha, link.beta, g, link.wake,
+                     link.copy if link.copy >= 0 else cal.copy, link.step])
 
 
 def predict(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float32") -> float:

@@ -27,7 +27,7 @@ transport, calibration).
 from __future__ import annotations
 
 from .. import _C
-from . import COLLECTIVES, SELECT_NAME, Calibration, predict, providers, transfers
+from . import COLLECTIVES, SELECT_NAME, Calibration, layers_of, predict, providers, transfers
 
 # 4 B .. 1 GiB
 GRID = [2 ** k for k in range(2, 31)]
@@ -42,13 +42,9 @@ def _size(b: int) -> str:
 
 
 def candidates(collective: str, p: int) -> list[str]:
-    """The algorithms auto chooses among: every provider, except, in a build with
-    CUDA, those whose schedules ask for scratch memory (oneshot), which the CUDA
-    path does not provide yet: a group resolved once serves CUDA tensors too."""
-    algos = providers(collective)
-    if not _C.build_info()["cuda"]:
-        return algos
-    return [a for a in algos if not transfers(a, collective, max(p, 2), max(p, 2) * 4).scratch]
+    """The algorithms auto chooses among: every provider (CUDA tensors get a choice
+    of their own, resolved for the "nccl" transport)."""
+    return providers(collective)
 
 
 def choices(collective: str, p: int, transport: str, cal: Calibration) -> list[tuple]:
@@ -100,6 +96,7 @@ def resolve(value: str, p: int, transport: str, cal: Calibration) -> str:
         return _resolve(value, p, transport, cal)
     finally:
         transfers.cache_clear()  # resolved once per group: keep no tables (large at big p)
+        layers_of.cache_clear()
 
 
 def _resolve(value: str, p: int, transport: str, cal: Calibration) -> str:

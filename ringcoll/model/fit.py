@@ -21,7 +21,7 @@ import itertools
 
 import numpy as np
 
-from . import Calibration, LinkCost, terms
+from . import Calibration, LinkCost, constants, terms
 
 FREE = (0, 1, 2, 4, 6)  # overhead, alpha, beta, wake, step; gamma (3), copy (5) measured apart
 
@@ -47,8 +47,10 @@ def fit_link(rows, transport: str, cal: Calibration, rounds: int = 6,
     """The constants of `transport` that best predict `rows` (measurements of it:
     dicts with algo, collective, p, size, time_s). crowded=False / True: fit only
     the rows with p <= cores / p > cores (the "<transport>/crowded" set)."""
+    known = cal.transports.get(transport)
+    cores = (known.cores if known else 0) or cal.cores  # the transport's own host, if it has one
     rows = [r for r in rows if r["transport"] == transport and r["algo"] != "auto"
-            and (crowded is None or (r["p"] > cal.cores) == crowded)]
+            and (crowded is None or (r["p"] > cores) == crowded)]
     if not rows:
         raise ValueError(f"no measurements of transport {transport} to fit")
     y = np.array([r["time_s"] for r in rows])
@@ -60,9 +62,9 @@ def fit_link(rows, transport: str, cal: Calibration, rounds: int = 6,
     for _ in range(rounds):
         x = np.array([terms(r["algo"], r["collective"], r["p"], r["size"], transport, cal)
                       for r in rows])
-        g = cal.gamma["float32"]
+        const = constants(transport, cal, "float32", rows[0]["p"])  # gamma, copy: measured apart
         a = x[:, free] / y[:, None]
-        b = (y - g * x[:, 3] - cal.copy * x[:, 5]) / y
+        b = (y - const[3] * x[:, 3] - const[5] * x[:, 5]) / y
         # Least absolute relative error (iteratively reweighted least squares):
         # the target is a median error, and this machine's outliers (a rank
         # preempted for a whole run) must not pull every prediction.
@@ -71,7 +73,10 @@ def fit_link(rows, transport: str, cal: Calibration, rounds: int = 6,
             c = nnls(a * w[:, None], b * w)
             w = 1 / np.sqrt(np.maximum(np.abs(a @ c - b), 0.02))
         k = dict(zip(free, (float(v) for v in c)))
-        link = LinkCost(overhead=k[0], alpha=k[1], beta=k[2], wake=k.get(4, 0.0), step=k[6])
         key = f"{transport}/crowded" if crowded else transport
+        # The transport's own settings (segment, header, batches, gamma, copy) stay.
+        base = cal.transports.get(key) or cal.transports.get(transport) or LinkCost(0, 0, 0)
+        link = dataclasses.replace(base, overhead=k[0], alpha=k[1], beta=k[2],
+                                   wake=k.get(4, 0.0), step=k[6])
         cal = dataclasses.replace(cal, transports={**cal.transports, key: link})
     return link
