@@ -3,7 +3,8 @@
     pip install --no-build-isolation -e .
 
 The build imports torch (it compiles against torch's headers), hence
---no-build-isolation.
+--no-build-isolation. The package's metadata (name, version, Python, dependencies)
+is in pyproject.toml; this file adds the extension and the entry points.
 
 CPU or CUDA variant (_cuda_config below): the CUDA variant (CUDA kernels, NCCL
 transport) is built when torch is a CUDA build, nvcc is found (CUDA_HOME, else
@@ -24,8 +25,10 @@ try:
     from torch.utils import cpp_extension
 except ImportError:
     sys.exit(
-        "ringcoll: building needs torch installed first (pip install torch), and "
-        "pip install --no-build-isolation so the build can see it."
+        "ringcoll: the build cannot import torch, which it compiles against. Install torch "
+        "first (the README's first set-up command), then build with "
+        "`pip install --no-build-isolation -e .`: without --no-build-isolation pip builds "
+        "in an environment of its own, where the installed torch is not visible."
     )
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -54,6 +57,28 @@ def _nccl_home():
     return None
 
 
+def _cuda_home():
+    """(the CUDA toolkit to build with, None) or (None, why there is none): CUDA_HOME
+    if set, else torch's guess and then /usr/local/cuda, the first that has nvcc and
+    the runtime's headers. torch guesses from `which nvcc`, and a wrapper script in
+    /usr/local/bin makes that /usr/local, which has no headers."""
+    def usable(home):
+        return (os.path.exists(os.path.join(home, "bin", "nvcc"))
+                and os.path.exists(os.path.join(home, "include", "cuda_runtime_api.h")))
+
+    if os.environ.get("CUDA_HOME"):
+        home = os.environ["CUDA_HOME"]
+        if usable(home):
+            return home, None
+        return None, f"CUDA_HOME={home} has no bin/nvcc with include/cuda_runtime_api.h"
+    tried = [h for h in dict.fromkeys([cpp_extension.CUDA_HOME, "/usr/local/cuda"]) if h]
+    for home in tried:
+        if usable(home):
+            return home, None
+    return None, (f"no CUDA toolkit (bin/nvcc and include/cuda_runtime_api.h) in "
+                  f"{' or '.join(tried)}; set CUDA_HOME")
+
+
 def _cuda_config():
     """None for the CPU variant, else (nvcc path, nccl include, nccl lib)."""
     want = os.environ.get("RINGCOLL_CUDA", "").strip()
@@ -64,10 +89,9 @@ def _cuda_config():
     missing = []
     if torch.version.cuda is None:
         missing.append(f"torch {torch.__version__} is not a CUDA build")
-    cuda_home = os.environ.get("CUDA_HOME") or cpp_extension.CUDA_HOME or "/usr/local/cuda"
-    nvcc = os.path.join(cuda_home, "bin", "nvcc")
-    if not os.path.exists(nvcc):
-        missing.append(f"nvcc not found at {nvcc} (set CUDA_HOME)")
+    cuda_home, why = _cuda_home()
+    if why:
+        missing.append(why)
     nccl = _nccl_home()
     if nccl is None:
         missing.append("NCCL headers/library not found (the nvidia-nccl wheel)")
@@ -80,7 +104,7 @@ def _cuda_config():
     os.environ["CUDA_HOME"] = cuda_home
     cpp_extension.CUDA_HOME = cuda_home
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "8.0;9.0+PTX")
-    return nvcc, nccl[0], nccl[1]
+    return os.path.join(cuda_home, "bin", "nvcc"), nccl[0], nccl[1]
 
 
 def _extension():
@@ -131,10 +155,8 @@ def _entry_points():
         groups["torch.backends"] = ["ringcoll = ringcoll_autoload:at_torch_import"]
     return groups
 
+# name, version, Python and dependencies: pyproject.toml.
 setup(
-    name="ringcoll",
-    version="0.1.0",
-    description="Readable ring collectives as a torch.distributed backend",
     packages=find_packages(include=["ringcoll", "ringcoll.*"]),
     # Outside the package: torch loads it even where the package cannot load.
     py_modules=["ringcoll_autoload"],
@@ -142,5 +164,4 @@ setup(
     entry_points=_entry_points(),
     ext_modules=[_extension()],
     cmdclass={"build_ext": cpp_extension.BuildExtension.with_options(use_ninja=True)},
-    python_requires=">=3.9",
 )

@@ -27,6 +27,17 @@ except ImportError as e:
 try:
     from . import _C
 except ImportError as e:
+    import glob as _glob
+    import os as _os
+
+    _here = _os.path.dirname(_os.path.abspath(__file__))
+    if not _glob.glob(_os.path.join(_here, "_C.*")):
+        # A checkout whose extension was never built (or whose build failed), imported
+        # from its root: Python finds this folder before any installed ringcoll.
+        raise ImportError(
+            f"ringcoll's C++ extension is not built in {_here}: build it from the checkout "
+            f"with `pip install --no-build-isolation -e .` (in {_os.path.dirname(_here)}, "
+            "with the venv that has torch active; README, Set-up)") from None
     # The usual cause: the extension was built against another torch.
     try:
         from ._built_for import TORCH_VERSION as _built

@@ -15,20 +15,20 @@ def transport(request):
 
 
 
-# Sharding for CI (.ci/run): with CI_TEST_SHARD=k/N, a parametrized
-# multi-process test (one in a module using tests.mp: real processes, the bulk of
-# the suite's time) runs only the parameter sets of shard k (0 <= k < N), chosen
-# by a hash of the test id; every other test runs in full. CI runs shards 0/3, 1/3
-# and 2/3 on its three torches, so each torch is exercised on every kind of test
-# and together they run every parameter set once. Left-out tests are reported as deselected. (Not a
-# RINGCOLL_ name: ringcoll rejects unknown RINGCOLL_ variables, and the test
-# processes inherit this environment.)
-# A test marked `once_across_shards` (slow, and the same on every torch: the
-# namespace tests of test_hosts.py, the harness's hang tests) is sharded like a
-# parameter set, so that CI runs it once, not once per torch.
+# Sharding for CI (.ci/run). With CI_TEST_SHARD=k/N only shard k (0 <= k < N) runs:
+# - a test marked `every_torch` (a module's pytestmark, or one test) runs in every
+#   shard: it checks what changes with the torch version (autoload, the flight
+#   recorder, the op and its dispatcher routes, compile, DDP, FSDP2, the build); of
+#   a parametrized one, the first parameter set runs in every shard and the others
+#   as below (the grid checks world sizes and transports, the same on every torch);
+# - every other test runs in exactly one shard, chosen by a hash of its id.
+# CI runs shard k/3 on its k-th torch, so every test runs at least once per CI run
+# and the torch-dependent ones on every torch; left-out tests are reported as
+# deselected. (CI_TEST_SHARD is not a RINGCOLL_ name: the test processes inherit
+# this environment, and ringcoll warns about RINGCOLL_ names it does not know.)
 def pytest_configure(config):
-    config.addinivalue_line("markers", "once_across_shards: run in one CI shard only "
-                                       "(slow, and the same on every torch)")
+    config.addinivalue_line("markers", "every_torch: run in every CI shard (what it checks "
+                                       "depends on the torch version)")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -43,12 +43,12 @@ def pytest_collection_modifyitems(config, items):
         assert 0 <= k < n
     except (ValueError, AssertionError):
         raise pytest.UsageError(f"CI_TEST_SHARD={spec!r}: expected k/N with 0 <= k < N")
-    keep, drop = [], []
+    keep, drop, seen = [], [], set()
     for item in items:
-        sharded = ((getattr(item, "callspec", None) is not None
-                    and getattr(getattr(item, "module", None), "mp", None) is not None)
-                   or item.get_closest_marker("once_across_shards") is not None)
-        if sharded and zlib.crc32(item.nodeid.encode()) % n != k:
+        function = (item.nodeid.split("::")[0], getattr(item, "originalname", item.name))
+        everywhere = item.get_closest_marker("every_torch") is not None and function not in seen
+        seen.add(function)
+        if not everywhere and zlib.crc32(item.nodeid.encode()) % n != k:
             drop.append(item)
         else:
             keep.append(item)

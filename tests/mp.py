@@ -3,7 +3,7 @@
     run_world(world_size, fn, *args, timeout=120, transport=None, may_exit=(),
               rank_env=None)
 
-spawns `world_size` fresh processes; rank r calls
+starts `world_size` processes (forked from a server that imported torch: _context); rank r calls
 `fn(rank, world_size, *args)` after `init_process_group("ringcoll")` on a shared
 FileStore (and, with `gloo=True`, keeps a gloo group on the same ranks at
 `tests.mp.GLOO`). A rank that raises sends its formatted traceback to the parent,
@@ -17,7 +17,7 @@ RINGCOLL_TRANSPORT in every rank (the tests run on "shm" and "gloo"). A rank in
 `may_exit` may die without reporting (a test that kills it); its result is None.
 `rank_env` gives variables per rank ({"RINGCOLL_HOST": ["a", "b", ...]}; None unsets
 the variable in that rank).
-`fn` must be a module-level function of an importable module (spawn pickles it by
+`fn` must be a module-level function of an importable module (it is pickled by
 name).
 """
 
@@ -38,9 +38,61 @@ EXIT_GRACE_S = 30
 GLOO = None  # set in each child: a gloo group over the same ranks, for references
 
 
+def _context():
+    """Where ranks come from: a fork server that imported torch and ringcoll once
+    (TESTS_MP_START=forkserver, the default), or a fresh interpreter per rank
+    (TESTS_MP_START=spawn). A spawned rank imports torch anew, about 0.7 s of CPU:
+    on 2 cores a world of 2 took 1.5 s to start and one of 4 took 3.4 s, against
+    0.1-0.2 s forked, over about 300 worlds in the suite. The rank's environment is
+    the parent's at run_world (plus `env`) either way (_child); what torch reads only
+    at import (TORCH_DISTRIBUTED_DEBUG is re-read below) is the parent's."""
+    method = os.environ.get("TESTS_MP_START", "forkserver")
+    if method not in ("forkserver", "spawn"):
+        raise ValueError(f"TESTS_MP_START={method!r}: expected forkserver or spawn")
+    ctx = mp.get_context(method)
+    if method == "forkserver":
+        ctx.set_forkserver_preload(["torch", "torch.distributed", "ringcoll", "tests.mp"])
+    return ctx
+
+
+def _exit_as_spawned(code):
+    """A forked rank's os._exit: a rank ends with os._exit after a fork but with
+    sys.exit when spawned, and only the latter runs atexit handlers and C++ static
+    destructors. A hang or crash there is a bug the harness must name (EXIT_GRACE_S),
+    so a forked rank runs them too before it exits."""
+    import atexit
+    import ctypes
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()
+    ctypes.CDLL(None).exit(code)
+
+
+def _same_output_as(parent):
+    """A forked rank's stdout and stderr are the fork server's, opened when it
+    started; a spawned one's are the parent's at run_world, where pytest captures
+    them for the test (capfd, and the output shown with a failure): take those."""
+    for fd in (1, 2):
+        try:
+            new = os.open(f"/proc/{parent}/fd/{fd}", os.O_WRONLY | os.O_APPEND)
+        except OSError:
+            continue
+        os.dup2(new, fd)
+        os.close(new)
+
+
 def _child(rank, world_size, store_path, fn, args, conn, init_backend, pg_timeout_s, env,
-           dump_after_s, exit_grace_s):
+           dump_after_s, exit_grace_s, forked_from=None):
     global GLOO
+    if forked_from is not None:
+        _same_output_as(forked_from)
+        os._exit = _exit_as_spawned  # the fork server ends the rank with os._exit(code)
+    # The environment run_world was called with, exactly: a forked rank starts with
+    # the fork server's, which is older.
+    for key in [k for k in os.environ if k not in env]:
+        del os.environ[key]
     for key, value in env.items():  # None: unset in this rank
         if value is None:
             os.environ.pop(key, None)
@@ -141,8 +193,8 @@ def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
               pg_timeout_s=60, env=None, transport=None, may_exit=(), rank_env=None,
               exit_grace_s=EXIT_GRACE_S):
     """Runs fn on world_size ranks; returns the list of per-rank return values."""
-    ctx = mp.get_context("spawn")
-    env = {"GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", **(env or {})}
+    ctx = _context()
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", **(env or {})}
     if transport is not None:
         env["RINGCOLL_TRANSPORT"] = transport
     outcomes = {}  # rank -> (status, payload); a later "error" (teardown) replaces "ok"
@@ -157,7 +209,8 @@ def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
                 args=(r, world_size, store_path, fn, args, pipes[r][1], init_backend,
                       pg_timeout_s,
                       {**env, **{k: v[r] for k, v in (rank_env or {}).items()}},
-                      max(timeout - 15, timeout * 0.75), exit_grace_s),
+                      max(timeout - 15, timeout * 0.75), exit_grace_s,
+                      None if ctx.get_start_method() == "spawn" else os.getpid()),
                 daemon=True,
             )
             for r in range(world_size)

@@ -16,6 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
+# Runs on every torch CI tests (tests/conftest.py): torch's entry-point groups differ by
+# version (torch.backends; torch.distributed.backends from 2.14).
+pytestmark = pytest.mark.every_torch
+
 REPO = Path(__file__).resolve().parents[1]
 
 SCRIPT = textwrap.dedent("""

@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import ringcoll.bench as bench
 from ringcoll.bench import main, records, report, runner
 from tests import mp
 
@@ -331,3 +332,122 @@ def test_share_gpu_env(monkeypatch):
     assert a["NCCL_P2P_NET_CHUNKSIZE"] == "524288"
     monkeypatch.setenv("NCCL_P2P_NET_CHUNKSIZE", "131072")
     assert "NCCL_P2P_NET_CHUNKSIZE" not in share_gpu_env(0)  # the caller's value stays
+
+
+# Every bad argument is one line on stderr, argparse's style: the option, what it
+# takes, what it got; exit status 2 (a usage error), before any process starts.
+@pytest.mark.parametrize("argv, fragments", [
+    (["--nproc", "0"], ["argument --nproc", "world sizes >= 1", "'0'"]),
+    (["--nproc", "2,x"], ["argument --nproc", "'2,x'"]),
+    (["--nproc", ""], ["argument --nproc", "''"]),
+    (["-f", "1"], ["argument -f/--stepfactor", "> 1", "'1'"]),
+    (["-f", "nan"], ["argument -f/--stepfactor", "'nan'"]),
+    (["-b", "0"], ["argument -b/--minbytes", ">= 1", "'0'"]),
+    (["-b", "1x"], ["argument -b/--minbytes", "K, M or G", "'1x'"]),
+    (["-e", "4", "-b", "64"], ["argument -e/--maxbytes", "4 is below -b/--minbytes 64"]),
+    (["-R", "0"], ["argument -R/--runs", ">= 1", "'0'"]),
+    (["-n", "two"], ["argument -n/--iters", "'two'"]),
+    (["-w", "0"], ["argument -w/--warmup", ">= 1"]),
+    (["--max-calls", "2"], ["argument --max-calls", "2 is below -n/--iters 5"]),
+    (["--budget", "-1"], ["argument --budget", "seconds >= 0", "'-1'"]),
+    (["-c", "2"], ["argument -c/--check", "2"]),
+    (["-d", "int8"], ["argument -d/--dtype", "'int8'"]),
+    (["-o", "xor"], ["argument -o/--op", "'xor'"]),
+    (["--collectives", "all_reduce,bogus"], ["argument --collectives", "reduce_scatter",
+                                             "'all_reduce,bogus'"]),
+    (["--backends", "ringcoll,bogus"], ["argument --backends", "gloo", "'ringcoll,bogus'"]),
+    (["--backends", "ringcoll+nope=1"], ["argument --backends", "'nope=1'", "chunk_bytes"]),
+    (["--algo", "bogus"], ["argument --algo", "unknown algorithm 'bogus'", "rhd"]),
+    (["--transport", "pigeon"], ["argument --transport", "'pigeon'"]),
+    (["--bogus"], ["unrecognized arguments: --bogus"]),
+])
+def test_bad_argument_is_one_usage_line(argv, fragments, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        bench.parse_args(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("python -m ringcoll.bench: error: "), err
+    for frag in fragments:
+        assert frag in err, (frag, err)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this torch sees a GPU")
+def test_what_this_torch_lacks_is_one_usage_line(capsys):
+    cases = [(["--device", "cuda"], "argument --device: cuda, but torch")]
+    if not dist.is_nccl_available():
+        cases.append((["--backends", "ringcoll,nccl"],
+                      f"argument --backends: nccl needs NCCL, which torch {torch.__version__}"))
+    else:
+        cases.append((["--backends", "nccl"], "argument --backends: nccl runs on CUDA tensors"))
+    for argv, fragment in cases:
+        with pytest.raises(SystemExit):
+            bench.parse_args(argv)
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and fragment in err, err
+
+
+def test_good_arguments_parse():
+    a = bench.parse_args(["-b", "1K", "-e", "64M", "-f", "2", "--nproc", "2,4", "--algo", "rhd",
+                          "--collectives", "all_gather", "--backends", "ringcoll+fingerprint=0,gloo"])
+    assert (a.minbytes, a.maxbytes, a.stepfactor) == (1024, 64 << 20, 2.0)
+    assert a.nproc == [2, 4] and a.collectives == ["all_gather"]
+    assert a.backends == ["ringcoll+fingerprint=0", "gloo"] and a.device == "cpu"
+    d = bench.parse_args([])
+    assert (d.minbytes, d.maxbytes, d.stepfactor, d.nproc) == (8, 16 << 20, 4.0, [2, 4])
+    assert d.collectives == list(records.RECORDS) and d.backends == ["ringcoll", "gloo"]
+
+
+def test_help_gives_every_option_its_default():
+    ap = bench.parser()
+    for action in ap._actions:
+        if action.dest == "help":
+            continue
+        assert action.help and "default" in action.help, action.option_strings
+    text = ap.format_help()
+    for path in ("bench-out/ringcoll-bench.json", "bench-out/ringcoll-bench.csv",
+                 "bench-out/ringcoll-bench.png"):
+        assert path in text.replace("-\n", "-").replace("\n", " ").replace(" " * 30, ""), path
+
+
+def test_tables_say_why_a_placement_is_empty():
+    text = report.tables(_rows())
+    assert "# out-of-place: - (torch's all_reduce has no out-of-place form)" in text
+    assert "all_gather has no" not in text  # it has both
+
+
+def test_an_error_in_the_ranks_is_one_line(tmp_path, monkeypatch, capsys):
+    """An unknown algorithm in the environment (the parent checks only --algo) fails
+    in every rank's group creation: one line, the tracebacks in a file."""
+    monkeypatch.setenv("RINGCOLL_ALGO", "bogus")
+    t0 = time.monotonic()
+    rc = main(["-e", "8", "--nproc", "2", "--json", str(tmp_path / "b.json")])
+    err = capsys.readouterr().err
+    assert rc == 1 and time.monotonic() - t0 < 60
+    line = [x for x in err.splitlines() if x.startswith("python -m ringcoll.bench: error:")]
+    assert len(line) == 1 and "Traceback" not in err, err
+    assert "every rank of 2: RuntimeError: ringcoll: RINGCOLL_ALGO: unknown algorithm 'bogus'" \
+        in line[0]
+    log = (tmp_path / "ringcoll-bench-errors.log").read_text()
+    assert str(tmp_path / "ringcoll-bench-errors.log") in line[0]
+    assert log.count("Traceback") == 2 and "create_backend" in log
+
+
+def rank_one_dies(args, meta):
+    import os
+
+    if dist.get_rank() == 1:
+        os._exit(3)
+    dist.barrier(group=meta)  # waits for a peer that is gone
+    return [], 0.0
+
+
+def test_a_rank_that_dies_stops_the_world_and_is_named(monkeypatch):
+    monkeypatch.setattr(bench, "ERROR_GRACE_S", 2.0)
+    args = bench.parse_args(["--nproc", "2", "--backends", "gloo"])
+    t0 = time.monotonic()
+    with pytest.raises(bench.RankError) as err:
+        bench._spawn_world(2, args, ["gloo"], {}, world=rank_one_dies)
+    assert time.monotonic() - t0 < 60
+    summary = err.value.summary()
+    assert "rank 1 of 2: exited with code 3" in summary and "\n" not in summary, summary
+    assert err.value.stopped in ([0], [])  # rank 0 was left waiting, or failed too

@@ -24,6 +24,10 @@ import torch.distributed as dist
 from tests import mp
 from tests.cases import same
 
+# Runs on every torch CI tests (tests/conftest.py): torch.compile's tracing of the op
+# changes with torch.
+pytestmark = pytest.mark.every_torch
+
 
 def _splits(rank, p):
     """all_to_all_single's uneven splits: rank s sends s + d + 1 elements to rank d."""

@@ -17,6 +17,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from tests import mp
 
+# Runs on every torch CI tests (tests/conftest.py): DDP's calls into the backend are
+# torch's.
+pytestmark = pytest.mark.every_torch
+
 
 def train(rank, p, group, steps=5, device="cpu"):
     torch.manual_seed(0)

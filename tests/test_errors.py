@@ -104,7 +104,9 @@ def test_bad_inputs_raise_on_every_rank(transport):
     ({"RINGCOLL_CHUNK_BYTES": "0"}, ["RINGCOLL_CHUNK_BYTES", ">= 64"]),
     ({"RINGCOLL_CHUNK_BYTES": "63"}, ["RINGCOLL_CHUNK_BYTES", "63", ">= 64"]),
     ({"RINGCOLL_DEBUG": "maybe"}, ["RINGCOLL_DEBUG", "maybe"]),
-    ({"RINGCOLL_ALOG": "ring"}, ["unknown ringcoll knob RINGCOLL_ALOG", "RINGCOLL_ALGO"]),
+    ({"RINGCOLL_ALOG": "ring"}, ["unknown ringcoll knob RINGCOLL_ALOG",
+                                 "did you mean RINGCOLL_ALGO?"]),
+    ({"RINGCOLL_CHUNKBYTES": "4096"}, ["RINGCOLL_CHUNKBYTES", "did you mean RINGCOLL_CHUNK_BYTES?"]),
     ({"RINGCOLL_GPU_CHUNK_BYTES": "32"}, ["RINGCOLL_GPU_CHUNK_BYTES", "32", ">= 64"]),
     ({"RINGCOLL_BLOCKING_WAIT": "sometimes"}, ["RINGCOLL_BLOCKING_WAIT", "sometimes"]),
     ({"RINGCOLL_ASYNC_ERROR_HANDLING": "ignore"},
@@ -126,6 +128,44 @@ def test_bad_knob_values(overrides, fragments, monkeypatch):
         _C.knobs({})
     for frag in fragments:
         assert frag in str(err.value)
+
+
+def test_stray_variable_is_ignored_with_one_warning(monkeypatch, capfd):
+    """docs/KNOBS.md, "Unknown variables": a RINGCOLL_* name far from every knob, in
+    the environment, is a warning (once per process), not an error; as an override it
+    is an error; the project's own variables say nothing."""
+    name = "RINGCOLL_NOT_A_KNOB_OF_OURS"
+    monkeypatch.setenv(name, "x")
+    assert _C.knobs({}).startswith("RINGCOLL_ALGO=ring")
+    _C.knobs({})
+    err = capfd.readouterr().err
+    assert err.count(name) == 1, err  # the second load said nothing
+    assert f"ringcoll: warning: ignoring {name} in the environment: not a ringcoll knob" in err
+    assert "the closest is RINGCOLL_" in err
+    with pytest.raises(RuntimeError, match=f"unknown ringcoll knob {name}: did you mean"):
+        _C.knobs({name: "x"})
+    monkeypatch.delenv(name)
+    for own in ("RINGCOLL_CI_CACHE", "RINGCOLL_CUDA", "RINGCOLL_MODEL"):
+        monkeypatch.setenv(own, "/tmp/x" if own != "RINGCOLL_CUDA" else "0")
+    assert _C.knobs({}).startswith("RINGCOLL_ALGO=ring")
+    assert "RINGCOLL_" not in capfd.readouterr().err
+
+
+def stray_variables_are_harmless(rank, p):
+    x = torch.full((3,), float(rank + 1))
+    dist.all_reduce(x)
+    return x.tolist()
+
+
+def test_group_starts_with_stray_variables(capfd):
+    """The issue's symptom: .ci/run's RINGCOLL_CI_CACHE (or any stray RINGCOLL_*
+    variable) made every ringcoll group refuse to start."""
+    got = mp.run_world(2, stray_variables_are_harmless,
+                       env={"RINGCOLL_CI_CACHE": "/tmp/ci", "RINGCOLL_WRAPPER_LOGDIR": "/tmp"})
+    assert got == [[3.0] * 3] * 2
+    err = capfd.readouterr().err
+    assert "RINGCOLL_CI_CACHE" not in err
+    assert err.count("ignoring RINGCOLL_WRAPPER_LOGDIR in the environment") == 2  # once a rank
 
 
 def test_knob_defaults_and_options():

@@ -22,6 +22,10 @@ import torch.distributed as dist
 
 from tests import mp
 
+# Runs on every torch CI tests (tests/conftest.py): the flight recorder's records and
+# dumps change with torch.
+pytestmark = pytest.mark.every_torch
+
 TORCH_RECORDS = tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (2, 15)
 PREFIX = "ringcoll_fr_"
 LIB = "ringcoll" if TORCH_RECORDS else "gloo"

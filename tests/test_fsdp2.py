@@ -33,6 +33,10 @@ import torch.distributed as dist
 
 from tests import mp
 
+# Runs on every torch CI tests (tests/conftest.py): FSDP2's calls into the backend are
+# torch's.
+pytestmark = pytest.mark.every_torch
+
 DIM, HEADS, SEQ, BATCH, STEPS = 16, 2, 6, 4, 10
 
 

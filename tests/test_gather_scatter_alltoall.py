@@ -449,6 +449,7 @@ def _gather_single_rank(rank, p):
     return fails
 
 
+@pytest.mark.every_torch  # so that CI runs it on the torches that have the API
 @pytest.mark.skipif(not hasattr(dist, "gather_single"),
                     reason="gather_single is a torch >= 2.14 API (CI runs it on 2.14.1 and 2.15.0)")
 def test_gather_single_every_root():

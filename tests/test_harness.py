@@ -48,9 +48,6 @@ def test_traceback_comes_home():
         mp.run_world(3, raises_on_last, init_backend=None, timeout=60)
 
 
-# The two slow ones (a hang waited out, gdb on it; a teardown hang) exercise
-# tests/mp.py alone, the same on every torch: CI runs them in one shard.
-@pytest.mark.once_across_shards
 def test_hang_is_killed_and_named():
     t0 = time.monotonic()
     with pytest.raises(AssertionError, match=r"(?s)ranks \[1\] did not finish within 8 s.*"
@@ -59,7 +56,6 @@ def test_hang_is_killed_and_named():
     assert time.monotonic() - t0 < 150  # killed, not waited for (gdb may take a while)
 
 
-@pytest.mark.once_across_shards
 def test_teardown_hang_is_named():
     """A rank that returned but does not exit (a hang in destroy_process_group, say)
     has its result delivered and still fails the test."""

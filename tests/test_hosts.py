@@ -47,9 +47,6 @@ from tests.netns import TwoHosts
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Slow (namespaces, torchrun) and the same on every torch: once per CI run.
-pytestmark = pytest.mark.once_across_shards
-
 WORLD = textwrap.dedent("""
     import json, os, sys, tempfile, traceback
     import torch

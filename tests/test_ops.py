@@ -12,6 +12,10 @@ import torch.distributed as dist
 import ringcoll.ops
 from tests import cases, mp
 
+# Runs on every torch CI tests (tests/conftest.py): the op's registration and dispatcher
+# routes are torch's.
+pytestmark = pytest.mark.every_torch
+
 
 def eager_matches(rank, p):
     f = []

@@ -1,9 +1,14 @@
 #include "common/knobs.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <sys/stat.h>
+#include <utility>
 #include <vector>
 
 #include "common/errors.h"
@@ -21,10 +26,71 @@ const std::vector<std::string>& knownNames() {
       "RINGCOLL_BLOCKING_WAIT", "RINGCOLL_ASYNC_ERROR_HANDLING", "RINGCOLL_GPU_FINGERPRINT",
       "RINGCOLL_NCCL_BLOCKING", "RINGCOLL_STOP_LATCH_BYTES", "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER", "RINGCOLL_GPU_ALGO",
       "RINGCOLL_MAX_BATCHES_IN_FLIGHT",
-      // Read by the build (setup.py) and by Python (ringcoll.model), not by the
-      // backend; listed so they are not reported as unknown.
-      "RINGCOLL_CUDA", "RINGCOLL_MODEL"};
+      // Read by the build (setup.py), by Python (ringcoll.model) and by CI
+      // (.ci/run), not by the backend; listed so they are not reported as unknown.
+      "RINGCOLL_CUDA", "RINGCOLL_MODEL", "RINGCOLL_CI_CACHE"};
   return names;
+}
+
+// Edits (insert, delete, substitute, swap two neighbours) from a to b.
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1,
+                          d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) {
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      }
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+// A name is a typo of a knob when it is this close to one.
+constexpr size_t kTypoEdits = 2;
+
+// (closest known name, its distance), over the knobs and the project's variables.
+std::pair<std::string, size_t> closest(const std::string& name) {
+  std::pair<std::string, size_t> best{"", static_cast<size_t>(-1)};
+  for (const auto& n : knownNames()) {
+    const size_t e = editDistance(name, n);
+    if (e < best.second) best = {n, e};
+  }
+  return best;
+}
+
+std::string unknownMessage(const std::string& name, const std::string& where) {
+  std::string known;
+  for (const auto& n : knownNames()) known += (known.empty() ? "" : ", ") + n;
+  return RC_STR("unknown ringcoll knob ", name, where, ": did you mean ",
+                closest(name).first, "? (known: ", known, ")");
+}
+
+// An unknown name in the environment: an error if it is a typo of a knob, else a
+// warning, once per process and name (every group creation reads the environment).
+void unknownInEnvironment(const std::string& name) {
+  const auto [near, edits] = closest(name);
+  if (edits <= kTypoEdits) {
+    throw std::invalid_argument(unknownMessage(name, " in the environment"));
+  }
+  static std::mutex mu;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!warned.insert(name).second) return;
+  std::fprintf(stderr,
+               "ringcoll: warning: ignoring %s in the environment: not a ringcoll knob "
+               "(the closest is %s; docs/KNOBS.md lists them)\n",
+               name.c_str(), near.c_str());
+}
+
+bool isKnown(const std::string& name) {
+  for (const auto& n : knownNames()) {
+    if (n == name) return true;
+  }
+  return false;
 }
 
 size_t parseBytes(const std::string& name, const std::string& value, long long min) {
@@ -103,13 +169,11 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
                  "='", value, "' exists and is not a directory (expected a directory for "
                  "the trace files, or empty for no trace)");
     k.trace = value;
-  } else if (name == "RINGCOLL_CUDA" || name == "RINGCOLL_MODEL") {
-    // build-time only / read by Python (ringcoll.model)
+  } else if (name == "RINGCOLL_CUDA" || name == "RINGCOLL_MODEL" ||
+             name == "RINGCOLL_CI_CACHE") {
+    // the build's, Python's (ringcoll.model) and CI's (.ci/run)
   } else {
-    std::string known;
-    for (const auto& n : knownNames()) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument(
-        RC_STR("unknown ringcoll knob ", name, " (known: ", known, ")"));
+    throw std::invalid_argument(unknownMessage(name, ""));
   }
 }
 }  // namespace
@@ -119,7 +183,12 @@ Knobs Knobs::load(const std::map<std::string, std::string>& overrides) {
   for (char** e = environ; e && *e; ++e) {
     const char* eq = std::strchr(*e, '=');
     if (!eq || std::strncmp(*e, "RINGCOLL_", 9) != 0) continue;
-    apply(k, std::string(*e, static_cast<size_t>(eq - *e)), std::string(eq + 1));
+    std::string name(*e, static_cast<size_t>(eq - *e));
+    if (!isKnown(name)) {
+      unknownInEnvironment(name);
+      continue;
+    }
+    apply(k, name, std::string(eq + 1));
   }
   for (const auto& [name, value] : overrides) apply(k, name, value);
   return k;

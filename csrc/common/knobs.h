@@ -150,10 +150,20 @@
 //                                                that auto and ringcoll.model use; unset:
 //                                                the constants in ringcoll/model
 //
-// An unknown RINGCOLL_* variable or a bad value is an error naming the variable,
-// the value and what is accepted: a typo must never be silently ignored. (The
+// A bad value is an error naming the variable, the value and what is accepted. (The
 // RINGCOLL_ALGO value is parsed against the registry where algorithms live,
 // schedules/select.h.)
+//
+// A RINGCOLL_* name that is not a knob (docs/KNOBS.md, "Unknown variables"):
+// - the project's own variables that the backend does not read (RINGCOLL_CUDA for
+//   the build, RINGCOLL_MODEL for Python, RINGCOLL_CI_CACHE for CI) pass silently;
+// - in the environment, a name within two edits of a knob (RINGCOLL_ALOG) is an
+//   error naming that knob: a typo must never run the default silently;
+// - in the environment, any other name is ignored with one warning per process on
+//   stderr naming the closest knob, as NCCL does with variables it does not know:
+//   the prefix is shared with scripts and tools that set their own variables, and
+//   a variable ringcoll never reads must not stop a job;
+// - as an override (ringcoll.Options, _C.knobs), an unknown name is an error.
 #pragma once
 
 #include <cstddef>

@@ -43,84 +43,254 @@ def default_device() -> str:
     return "cpu"
 
 
-def parse_args(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m ringcoll.bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-b", "--minbytes", type=records.parse_size, default=records.parse_size("8"),
-                    help="smallest size (bytes; K/M/G suffixes), default 8")
-    ap.add_argument("-e", "--maxbytes", type=records.parse_size,
-                    default=records.parse_size("16M"), help="largest size, default 16M")
-    ap.add_argument("-f", "--stepfactor", type=float, default=4.0,
-                    help="multiply the size by this each step, default 4")
-    ap.add_argument("-d", "--dtype", default="float32", choices=sorted(
-        ["float32", "float64", "float16", "bfloat16"]))
-    ap.add_argument("-o", "--op", default="sum", choices=records.OPS)
-    ap.add_argument("--budget", type=float, default=0.5, metavar="SECONDS",
+# Argument types: each raises argparse.ArgumentTypeError, which argparse prints as one
+# usage line naming the option ("argument -f/--stepfactor: ...").
+def _size(text):
+    try:
+        n = records.parse_size(text)
+    except (ValueError, IndexError):
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected a size in bytes >= 1, with an optional K, M or G suffix (8, 64K, 1M), "
+            f"got {text!r}")
+    return n
+
+
+def _factor(text):
+    try:
+        f = float(text)
+    except ValueError:
+        f = float("nan")
+    if not f > 1 or f == float("inf"):
+        raise argparse.ArgumentTypeError(
+            f"expected a number > 1 (each size is the previous one times it), got {text!r}")
+    return f
+
+
+def _at_least(low):
+    def parse(text):
+        try:
+            n = int(text)
+        except ValueError:
+            n = low - 1
+        if n < low:
+            raise argparse.ArgumentTypeError(f"expected a whole number >= {low}, got {text!r}")
+        return n
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def _seconds(text):
+    try:
+        t = float(text)
+    except ValueError:
+        t = -1.0
+    if not 0 <= t < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return t
+
+
+def _nproc(text):
+    try:
+        sizes = [int(x) for x in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected world sizes >= 1 separated by commas (2 or 2,4), got {text!r}")
+    return sizes
+
+
+def _names(known):
+    def parse(text):
+        names = [c.strip() for c in text.split(",") if c.strip()]
+        bad = [c for c in names if c not in known]
+        if bad or not names:
+            raise argparse.ArgumentTypeError(
+                f"expected names from {', '.join(known)} separated by commas, got {text!r}")
+        return names
+    return parse
+
+
+BASELINES = ("gloo", "nccl", "nccl-ring")
+
+
+def _backends(text):
+    names = [b.strip() for b in text.split(",") if b.strip()]
+    for b in names or [""]:
+        if b.startswith("ringcoll+"):
+            from . import runner
+            try:
+                runner.ringcoll_variant(b)
+            except (ValueError, TypeError) as e:
+                raise argparse.ArgumentTypeError(str(e)) from None
+        elif b not in ("ringcoll",) + BASELINES:
+            raise argparse.ArgumentTypeError(
+                f"expected names from ringcoll, {', '.join(BASELINES)} (or ringcoll+FIELD=VALUE, "
+                f"a ringcoll.Options field) separated by commas, got {text!r}")
+    return names
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors are one line: "prog: error: argument -f/--stepfactor:
+    expected ...", without the long usage block (--help has it)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (--help lists the options)\n")
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The module docstring as written, and wider option columns."""
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=30)
+
+
+def parser() -> argparse.ArgumentParser:
+    ap = _Parser(prog="python -m ringcoll.bench", description=__doc__,
+                 formatter_class=_HelpFormatter)
+    ap.add_argument("-b", "--minbytes", type=_size, default=8, metavar="SIZE",
+                    help="smallest size in bytes (K/M/G suffixes: 2^10, 2^20, 2^30); default 8")
+    ap.add_argument("-e", "--maxbytes", type=_size, default=16 << 20, metavar="SIZE",
+                    help="largest size; the sweep stops at the last size not above it; "
+                         "default 16M")
+    ap.add_argument("-f", "--stepfactor", type=_factor, default=4.0, metavar="FACTOR",
+                    help="multiply the size by this each step (> 1); default 4")
+    ap.add_argument("-d", "--dtype", default="float32", metavar="TYPE",
+                    choices=["bfloat16", "float16", "float32", "float64"],
+                    help="element type: bfloat16, float16, float32 or float64; default float32")
+    ap.add_argument("-o", "--op", default="sum", choices=records.OPS, metavar="OP",
+                    help="the reduction of all-reduce and reduce-scatter: "
+                         + ", ".join(records.OPS) + "; default sum")
+    ap.add_argument("--budget", type=_seconds, default=0.5, metavar="SECONDS",
                     help="time to spend on the timed calls of one point (size, collective, "
                          "placement, backend), all runs together; default 0.5")
-    ap.add_argument("-R", "--runs", type=int, default=5,
+    ap.add_argument("-R", "--runs", type=_at_least(1), default=5,
                     help="timed runs per point; the median over runs is reported and their "
                          "min-max as the spread; default 5")
-    ap.add_argument("-n", "--iters", type=int, default=5, metavar="MIN_CALLS",
+    ap.add_argument("-n", "--iters", type=_at_least(1), default=5, metavar="MIN_CALLS",
                     help="minimum timed calls per run, even past the budget; default 5")
-    ap.add_argument("--max-calls", type=int, default=10000,
-                    help="maximum timed calls per run; default 10000")
-    ap.add_argument("-w", "--warmup", type=int, default=5,
-                    help="warm-up calls per point (at least 1); their mean per-call time "
-                         "(the first left out) sets the first run's calls; default 5")
-    ap.add_argument("-c", "--check", type=int, default=1,
-                    help="1: count wrong elements (#wrong) after timing, 0: skip")
-    ap.add_argument("--collectives", default="all_reduce,reduce_scatter,all_gather",
-                    help="comma separated: " + ",".join(records.RECORDS))
-    ap.add_argument("--backends", default=None,
-                    help="comma separated; default ringcoll,gloo (cpu) or "
-                         "ringcoll,nccl,nccl-ring (cuda)")
-    ap.add_argument("--nproc", default=None,
+    ap.add_argument("--max-calls", type=_at_least(1), default=10000, metavar="N",
+                    help="maximum timed calls per run (>= -n); default 10000")
+    ap.add_argument("-w", "--warmup", type=_at_least(1), default=5, metavar="N",
+                    help="warm-up calls per point; their mean per-call time (the first left "
+                         "out) sets the first run's calls; default 5")
+    ap.add_argument("-c", "--check", type=int, default=1, choices=[0, 1],
+                    help="1: count wrong elements (#wrong) after timing, 0: skip; default 1")
+    ap.add_argument("--collectives", type=_names(list(records.RECORDS)),
+                    default=list(records.RECORDS), metavar="NAMES",
+                    help="comma separated, from " + ", ".join(records.RECORDS) + "; default all")
+    ap.add_argument("--backends", type=_backends, default=None, metavar="NAMES",
+                    help="comma separated, from ringcoll, " + ", ".join(BASELINES) + " and "
+                         "ringcoll+FIELD=VALUE (a variant with a ringcoll.Options field set, "
+                         "e.g. ringcoll+fingerprint=0); default ringcoll,gloo on cpu, "
+                         "ringcoll,nccl,nccl-ring on cuda")
+    ap.add_argument("--nproc", type=_nproc, default=None, metavar="P[,P...]",
                     help="world sizes to spawn, comma separated; default 2,4 on cpu, "
                          "all visible GPUs on cuda, 2,4 with --share-gpu on a machine "
                          "with one GPU (ignored under torchrun)")
-    ap.add_argument("--device", default=None, choices=["cpu", "cuda"])
+    ap.add_argument("--device", default=None, choices=["cpu", "cuda"],
+                    help="where the tensors live; default cuda when torch sees a GPU and "
+                         "ringcoll is the CUDA variant, else cpu")
     ap.add_argument("--share-gpu", action="store_true",
                     help="cuda: let the ranks share the visible GPUs (ringcoll/gpu.py: a "
                          "per-rank NCCL_HOSTID puts every backend on NCCL's socket "
                          "transport over loopback). A like-for-like comparison of "
                          "algorithms and per-call overheads on one transport, not of "
-                         "NVLink speed")
-    ap.add_argument("--algo", default=None, help="RINGCOLL_ALGO for the ringcoll group")
+                         "NVLink speed; default off, on when --nproc is left out on a "
+                         "machine with one GPU")
+    ap.add_argument("--algo", default=None,
+                    help="RINGCOLL_ALGO for the ringcoll group (an algorithm name, a "
+                         "per-collective selection or auto; docs/KNOBS.md); default: the "
+                         "environment's RINGCOLL_ALGO, else ring")
     ap.add_argument("--transport", default="auto", choices=["auto", "shm", "gloo"],
                     help="ringcoll's transport (ringcoll.Options(transport=...)); default auto")
-    ap.add_argument("--json", default="bench-out/ringcoll-bench.json")
-    ap.add_argument("--csv", default="bench-out/ringcoll-bench.csv")
-    ap.add_argument("--plot", default="bench-out/ringcoll-bench.png")
+    ap.add_argument("--json", default="bench-out/ringcoll-bench.json", metavar="PATH",
+                    help="every row, the comparison and the machine, as JSON; '' for none; "
+                         "default %(default)s")
+    ap.add_argument("--csv", default="bench-out/ringcoll-bench.csv", metavar="PATH",
+                    help="one line per row; '' for none; default %(default)s")
+    ap.add_argument("--plot", default="bench-out/ringcoll-bench.png", metavar="PATH",
+                    help="busbw against size, one panel per collective (needs matplotlib); "
+                         "'' for none; default %(default)s")
+    return ap
+
+
+def parse_args(argv=None):
+    ap = parser()
     args = ap.parse_args(argv)
-    args.device = args.device or default_device()
-    args.collectives = [c.strip() for c in args.collectives.split(",") if c.strip()]
-    for c in args.collectives:
-        if c not in records.RECORDS:
-            ap.error(f"unknown collective {c!r} (known: {', '.join(records.RECORDS)})")
-    default_backends = "ringcoll,gloo" if args.device == "cpu" else "ringcoll,nccl,nccl-ring"
-    args.backends = [b.strip() for b in (args.backends or default_backends).split(",")]
+    _check_args(ap, args)
+    return args
+
+
+def _check_args(ap, args):
+    """What one argument alone cannot tell: combinations, and what this machine, this
+    torch and this build of ringcoll can run. Each failure is one usage line."""
+    import torch
+    import torch.distributed as dist
+
+    import ringcoll
+
+    if args.maxbytes < args.minbytes:
+        ap.error(f"argument -e/--maxbytes: {args.maxbytes} is below -b/--minbytes "
+                 f"{args.minbytes}")
+    if args.max_calls < args.iters:
+        ap.error(f"argument --max-calls: {args.max_calls} is below -n/--iters {args.iters}")
+    if args.device is None:
+        args.device = default_device()
+    elif args.device == "cuda" and not torch.cuda.is_available():
+        ap.error(f"argument --device: cuda, but torch {torch.__version__} sees no GPU")
+    elif args.device == "cuda" and not ringcoll.build_info().get("cuda"):
+        ap.error("argument --device: cuda, but this ringcoll is the CPU variant (rebuild it "
+                 "against a CUDA torch with nvcc and NCCL present; README)")
+    default_backends = ["ringcoll", "gloo"] if args.device == "cpu" else \
+        ["ringcoll", "nccl", "nccl-ring"]
+    args.backends = args.backends or default_backends
+    for b in args.backends:
+        if not b.startswith("nccl"):
+            continue
+        if not dist.is_nccl_available():
+            ap.error(f"argument --backends: {b} needs NCCL, which torch {torch.__version__} "
+                     "does not have (a CPU build); on cpu the baseline is gloo")
+        if args.device != "cuda":
+            ap.error(f"argument --backends: {b} runs on CUDA tensors, not on --device "
+                     f"{args.device}")
+    if args.algo is not None:
+        from ..model import auto
+
+        if not auto.wants_auto(args.algo):  # auto is resolved per world, in the ranks
+            try:
+                ringcoll._C.knobs(ringcoll.Options(algo=args.algo).overrides())
+            except (RuntimeError, ValueError) as e:
+                ap.error(f"argument --algo: {_first_line(e)}")
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            ap.error("argument --plot: needs matplotlib (pip install matplotlib), or --plot '' "
+                     "for no plot")
     if args.nproc is None:
         if args.device == "cuda":
-            import torch
             ngpu = torch.cuda.device_count()
             if ngpu < 2:  # one GPU: several ranks share it (see --share-gpu)
-                args.share_gpu, args.nproc = True, "2,4"
+                args.share_gpu, args.nproc = True, [2, 4]
             else:
-                args.nproc = str(ngpu)
+                args.nproc = [ngpu]
         else:
-            args.nproc = "2,4"
-    args.nproc = [int(x) for x in args.nproc.split(",")]
+            args.nproc = [2, 4]
     if args.device == "cuda" and not args.share_gpu:
-        import torch
         if max(args.nproc) > torch.cuda.device_count():
-            ap.error(f"--nproc {max(args.nproc)} > {torch.cuda.device_count()} visible GPUs; "
-                     "add --share-gpu to let ranks share a GPU over NCCL's socket transport")
-    if args.runs < 1 or args.iters < 1 or args.max_calls < args.iters or args.budget < 0:
-        ap.error(f"need -R >= 1, 1 <= -n <= --max-calls, --budget >= 0 (got -R {args.runs}, "
-                 f"-n {args.iters}, --max-calls {args.max_calls}, --budget {args.budget})")
-    records.sweep(args.minbytes, args.maxbytes, args.stepfactor)  # validates
-    return args
+            ap.error(f"argument --nproc: {max(args.nproc)} > {torch.cuda.device_count()} "
+                     "visible GPUs; add --share-gpu to let ranks share a GPU over NCCL's "
+                     "socket transport")
+
+
+def _first_line(e: BaseException) -> str:
+    """An exception as one line: the first line of its message (torch's C++ errors
+    append a stack), without ringcoll's own prefix."""
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    return text
 
 
 def _init_world(rank, p, store_path, device):
@@ -161,36 +331,86 @@ def _spawned(rank, p, store_path, args, env, q, world=None):
         rows, gbps = (world or _world)(args, _init_world(rank, p, store_path, args.device))
         dist.destroy_process_group()
         q.put((rank, "ok", (rows, gbps) if rank == 0 else None))
-    except BaseException:  # noqa: BLE001
+    except BaseException as e:  # noqa: BLE001
         import traceback
 
-        q.put((rank, "error", traceback.format_exc()))
+        q.put((rank, "error", (f"{type(e).__name__}: {_first_line(e)}", traceback.format_exc())))
+
+
+class RankError(RuntimeError):
+    """Ranks of a spawned world failed. `errors` holds (rank, one line, traceback) per
+    failed rank; str() is every traceback (ringcoll.model shows it whole), and
+    `summary()` one line for a user."""
+
+    def __init__(self, p, errors, stopped):
+        self.p, self.errors, self.stopped = p, errors, stopped
+        super().__init__("benchmark rank failed:\n" + "\n".join(tb for _, _, tb in errors))
+
+    def summary(self) -> str:
+        lines = {}
+        for rank, line, _ in self.errors:
+            lines.setdefault(line, []).append(rank)
+        parts = []
+        for line, ranks in lines.items():
+            who = "every rank" if len(ranks) == self.p else \
+                "rank " + ",".join(str(r) for r in sorted(ranks))
+            parts.append(f"{who} of {self.p}: {line}")
+        return "; ".join(parts)
+
+
+# After the first rank reports an error, how long the others get to report theirs
+# before they are stopped (a rank left waiting for a failed peer would otherwise
+# wait out the group's 10-minute timeout).
+ERROR_GRACE_S = 10.0
 
 
 def _spawn_world(p, args, backends, env, world=None):
     """(rows, memcpy GB/s) of a world of p spawned processes running `backends`;
     `world(args, meta_group)` (a module-level function, default _world) is what
-    each rank runs, returning (rows, gbps) with rank 0's kept."""
+    each rank runs, returning (rows, gbps) with rank 0's kept. Raises RankError when
+    a rank raises or dies."""
     import copy
     import multiprocessing as mp
+    import queue
+    import time
 
     a = copy.copy(args)
     a.backends = backends
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
+    got, errors = {}, []
     with tempfile.TemporaryDirectory(prefix="ringcoll-bench-") as tmp:
         procs = [ctx.Process(target=_spawned,
                              args=(r, p, os.path.join(tmp, "store"), a, env, q, world))
                  for r in range(p)]
         for pr in procs:
             pr.start()
-        got = [q.get(timeout=3600) for _ in range(p)]
+        deadline = time.monotonic() + 3600
+        while len(got) < p and time.monotonic() < deadline:
+            try:
+                rank, status, payload = q.get(timeout=0.5)
+            except queue.Empty:
+                for r, pr in enumerate(procs):  # a rank that died without a word
+                    if r not in got and pr.exitcode not in (None, 0):
+                        got[r] = None
+                        errors.append((r, f"exited with code {pr.exitcode}", ""))
+                if errors:
+                    deadline = min(deadline, time.monotonic() + ERROR_GRACE_S)
+                continue
+            got[rank] = payload
+            if status == "error":
+                errors.append((rank, *payload))
+                deadline = min(deadline, time.monotonic() + ERROR_GRACE_S)
+        stopped = [r for r in range(p) if r not in got]
+        for r in stopped:
+            procs[r].terminate()
         for pr in procs:
             pr.join()
-    errors = [payload for _, status, payload in got if status == "error"]
-    if errors:
-        raise RuntimeError("benchmark rank failed:\n" + "\n".join(errors))
-    return next(payload for rank, _, payload in got if rank == 0)
+    if errors or stopped:
+        if not errors:
+            errors = [(r, "no result within an hour", "") for r in stopped]
+        raise RankError(p, sorted(errors), stopped)
+    return got[0]
 
 
 def machine_meta(args, nprocs, memcpy):
@@ -263,30 +483,60 @@ def emit(rows, args, meta):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
-        import torch.distributed as dist
-
-        backends = [b for b in args.backends
-                    if b != "nccl-ring" or os.environ.get("NCCL_ALGO", "").lower() == "ring"]
-        args.backends = backends
-        meta_group = _init_world(int(os.environ.get("LOCAL_RANK", os.environ["RANK"])),
-                                 int(os.environ["WORLD_SIZE"]), None, args.device)
-        rows, gbps = _world(args, meta_group)
-        rc = 0
-        if dist.get_rank() == 0:
-            p = dist.get_world_size()
-            rc = emit(rows, args, machine_meta(args, [p], {f"p={p}": gbps}))
-        dist.destroy_process_group()
-        return rc
+        try:
+            return _main_torchrun(args)
+        except Exception as e:  # noqa: BLE001 - one line per rank, as torchrun shows it
+            print(f"python -m ringcoll.bench: error: rank {os.environ['RANK']}: "
+                  f"{type(e).__name__}: {_first_line(e)}", file=sys.stderr)
+            return 1
     rows, memcpy = [], {}
-    for p in args.nproc:
-        # NCCL reads NCCL_ALGO once per process: the Ring-only baseline runs in a world
-        # of its own, right after the others, in the same invocation.
-        same = [b for b in args.backends if b != "nccl-ring"]
-        if same:
-            got, memcpy[f"p={p}"] = _spawn_world(p, args, same, {})
-            rows += got
-        if "nccl-ring" in args.backends:
-            got, memcpy[f"p={p} nccl-ring"] = _spawn_world(p, args, ["nccl-ring"],
-                                                           {"NCCL_ALGO": "Ring"})
-            rows += got
+    try:
+        for p in args.nproc:
+            # NCCL reads NCCL_ALGO once per process: the Ring-only baseline runs in a world
+            # of its own, right after the others, in the same invocation.
+            same = [b for b in args.backends if b != "nccl-ring"]
+            if same:
+                got, memcpy[f"p={p}"] = _spawn_world(p, args, same, {})
+                rows += got
+            if "nccl-ring" in args.backends:
+                got, memcpy[f"p={p} nccl-ring"] = _spawn_world(p, args, ["nccl-ring"],
+                                                               {"NCCL_ALGO": "Ring"})
+                rows += got
+    except RankError as e:
+        print(f"python -m ringcoll.bench: error: {e.summary()}{_save_tracebacks(args, e)}",
+              file=sys.stderr)
+        return 1
     return emit(rows, args, machine_meta(args, args.nproc, memcpy))
+
+
+def _save_tracebacks(args, e: RankError) -> str:
+    """Writes every rank's traceback beside the outputs; the note that says where."""
+    path = os.path.join(os.path.dirname(args.json or args.csv or args.plot or "bench-out/x")
+                        or ".", "ringcoll-bench-errors.log")
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w") as f:
+            for rank, line, tb in e.errors:
+                f.write(f"# rank {rank} of {e.p}: {line}\n{tb}\n")
+            if e.stopped:
+                f.write(f"# stopped after the error: rank {', '.join(map(str, e.stopped))}\n")
+    except OSError:
+        return ""
+    return f" (tracebacks: {path})"
+
+
+def _main_torchrun(args) -> int:
+    import torch.distributed as dist
+
+    backends = [b for b in args.backends
+                if b != "nccl-ring" or os.environ.get("NCCL_ALGO", "").lower() == "ring"]
+    args.backends = backends
+    meta_group = _init_world(int(os.environ.get("LOCAL_RANK", os.environ["RANK"])),
+                             int(os.environ["WORLD_SIZE"]), None, args.device)
+    rows, gbps = _world(args, meta_group)
+    rc = 0
+    if dist.get_rank() == 0:
+        p = dist.get_world_size()
+        rc = emit(rows, args, machine_meta(args, [p], {f"p={p}": gbps}))
+    dist.destroy_process_group()
+    return rc

@@ -47,6 +47,9 @@ def tables(rows) -> str:
         out.append(f"#{'':>45} {'out-of-place':^53} | {'in-place':^53}")
         out.append(f"#{'size':>11} {'count':>11} {'type':>9} {'redop':>6} {'root':>4} "
                    f"{head} | {head}")
+        for key, name in (("oop", "out-of-place"), ("ip", "in-place")):
+            if all(r[key] is None for r in rs):  # say why a column is all '-'
+                out.append(f"# {name}: - (torch's {coll} has no {name} form)")
         for r in sorted(rs, key=lambda r: r["size"]):
             out.append(f" {r['size']:11d} {r['count']:11d} {r['dtype']:>9} {r['op']:>6} "
                        f"{r['root']:4d} {_cell(r['oop'])} | {_cell(r['ip'])}")
