@@ -30,6 +30,9 @@ if [ -e /lib/x86_64-linux-gnu/libstdc++.so.6 ]; then
   export LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6${LD_PRELOAD:+:$LD_PRELOAD}
 fi
 export PYTHONUNBUFFERED=1
+# Ranks as fresh interpreters (tests/mp.py): the fork server's preloaded torch has
+# not run on a GPU yet, and spawn is what every GPU run so far used.
+export TESTS_MP_START=${TESTS_MP_START:-spawn}
 say() { echo "[$(date +%T) +$SECONDS s] $*" | tee -a "$LOG"; }
 rc=0
 MPS=0

@@ -41,6 +41,9 @@ if [ -e /lib/x86_64-linux-gnu/libstdc++.so.6 ]; then
   export LD_PRELOAD=/lib/x86_64-linux-gnu/libstdc++.so.6${LD_PRELOAD:+:$LD_PRELOAD}
 fi
 export PYTHONUNBUFFERED=1
+# Ranks as fresh interpreters (tests/mp.py): the fork server's preloaded torch has
+# not run on a GPU yet, and spawn is what every GPU run so far used.
+export TESTS_MP_START=${TESTS_MP_START:-spawn}
 nvidia-smi -L | tee "$OUT/machine.txt" || true
 "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())" | tee -a "$OUT/machine.txt"
 t0=$SECONDS
