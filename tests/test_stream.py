@@ -493,8 +493,10 @@ def test_in_flight_bound_waits_and_can_be_aborted():
                        timeout=120,
                        env={"RINGCOLL_FINGERPRINT": "0", "RINGCOLL_MAX_BATCHES_IN_FLIGHT": "2"})
     err, issued, elapsed = res[0]
-    assert issued == 2, (issued, err)  # the third waited for room
-    assert err is not None and "ringcoll::allreduce #3" in err and "abort" in err, err
+    # The launch that waited for room raised (which one depends on how many batches
+    # the first call enqueues); none returned a Work after the abort.
+    assert 1 <= issued <= 2, (issued, err)
+    assert err is not None and f"ringcoll::allreduce #{issued + 1}" in err and "abort" in err, err
     assert 0.9 < elapsed < 5, elapsed
 
 
@@ -504,6 +506,7 @@ def test_in_flight_bound_times_out_naming_the_wait():
     res = mp.run_world(2, stalled_peer_world, 0, transport="stream", pg_timeout_s=2, timeout=120,
                        env={"RINGCOLL_FINGERPRINT": "0", "RINGCOLL_MAX_BATCHES_IN_FLIGHT": "2"})
     err, issued, elapsed = res[0]
-    assert issued == 2, (issued, err)
-    assert err is not None and "ringcoll::allreduce #3" in err, err
+    assert 1 <= issued <= 2, (issued, err)
+    assert err is not None and f"ringcoll::allreduce #{issued + 1}" in err, err
+    assert "Timed out" in err, err
     assert elapsed < 6, (elapsed, err)

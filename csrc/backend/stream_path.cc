@@ -270,6 +270,10 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
   // Lives until after a failure stopped the device's work (below): the device may
   // still be reading the job's buffer.
   std::optional<Staged> staged;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    launching_ = work;
+  }
   try {
     device_->enqueue([&] {
       staged = body(device_->executor());
@@ -299,18 +303,36 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
     // Some of this collective's transfers may be posted: the peers are out of step
     // with this rank, so the group is broken, here and (through the store) there.
     const auto* peer = dynamic_cast<const PeerError*>(&e);
-    const std::string why =
+    std::string why =
         c10::str(label, ": ", e.what(),
                  peer && peer->peer() >= 0 ? c10::str(" (rank ", peer->peer(), ")")
                                            : std::string());
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (broken_.empty()) failAll(why, /*report=*/true, /*teardown=*/false);
+      launching_.reset();
+      if (broken_.empty()) {
+        failAll(why, /*report=*/true, /*teardown=*/false);
+      } else {
+        // The watchdog failed the group while this launch waited (for room on the
+        // device): its reason is the cause, this launch's error the symptom.
+        why = c10::str(broken_, " (then: ", e.what(), ")");
+        if (broken_.rfind(label.str(), 0) != 0) why = c10::str(label, ": ", why);
+      }
     }
     C10_THROW_ERROR(DistBackendError, why);
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    launching_.reset();
+    if (!broken_.empty()) {
+      // The watchdog failed the group while this launch enqueued (and has stopped
+      // watching): the work would never be failed or retired, so the call raises.
+      const std::string why = broken_.rfind(label.str(), 0) == 0
+                                  ? broken_
+                                  : c10::str(label, ": the group failed meanwhile: ", broken_);
+      work->fail(why);
+      C10_THROW_ERROR(DistBackendError, why);
+    }
     pending_.push_back(work);
   }
   cv_.notify_all();
@@ -395,16 +417,20 @@ void StreamPath::watchdog() {
     completeRetired(lock);
     if (stopping_ || !broken_.empty()) break;
     const bool stopped = device_->reducer().kernelsStopped();
-    if (pending_.empty() && !stopped) continue;
+    // What is watched: the outstanding works, oldest first, then the one enqueuing.
+    std::vector<StreamWork*> watched;
+    for (const auto& w : pending_) watched.push_back(w.get());
+    if (launching_) watched.push_back(launching_.get());
+    if (watched.empty() && !stopped) continue;
     const auto now = std::chrono::steady_clock::now();
     // In order of what explains the most: a disagreement, a transfer that failed
     // (the faults after it are its symptoms), a device fault, a timeout, another
     // rank's report.
     if (device_->reducer().mismatchPeer() >= 0) {
       why = mismatchText();
-      if (!pending_.empty()) why = c10::str(pending_.front()->label(), ": ", why);
-    } else if (!pending_.empty()) {
-      const auto& oldest = pending_.front();
+      if (!watched.empty()) why = c10::str(watched.front()->label(), ": ", why);
+    } else if (!watched.empty()) {
+      const StreamWork* oldest = watched.front();
       const std::string transfer = device_->transferError();
       // Ranks that disagree also post transfers of other sizes, which fail; the
       // fingerprint check queued before their payload says why, so it gets
@@ -427,7 +453,7 @@ void StreamPath::watchdog() {
       }
       if (why.empty() && !transfer.empty()) continue;  // the check may still speak
       if (why.empty()) why = fault;
-      for (const auto& w : pending_) {
+      for (const StreamWork* w : watched) {
         if (!why.empty()) break;
         if (now - w->started() > w->timeout()) {
           why = c10::str(w->label(), ": Timed out after ", w->timeout().count(),
@@ -446,7 +472,9 @@ void StreamPath::watchdog() {
       }
     }
     if (why.empty()) continue;
-    failAll(why, report, teardown_);
+    // Only a launch in progress failed: its caller gets the error, as from any
+    // launch that throws, so the process goes on even under teardown.
+    failAll(why, report, teardown_ && !pending_.empty());
     break;
   }
   completeRetired(lock);

@@ -108,9 +108,14 @@ class StreamPath {
   const bool teardown_;  // a failure seen by the watchdog ends the process
 
   std::mutex launchMutex_;  // one launch at a time: the executor is single-threaded
-  std::mutex mutex_;        // pending_, broken_, stopping_
+  std::mutex mutex_;        // pending_, launching_, broken_, stopping_
   std::condition_variable cv_;
   std::deque<c10::intrusive_ptr<StreamWork>> pending_;
+  // The work whose launch is enqueuing (null if none). Not yet in pending_, but
+  // its enqueue may wait for the device (the in-flight bound), so the watchdog
+  // watches it too: a transfer error, a peer's report or its timeout aborts the
+  // transfers, and the launch throws the watchdog's reason (broken_).
+  c10::intrusive_ptr<StreamWork> launching_;
   // Succeeded, their futures not yet completed (completeRetired).
   std::vector<c10::intrusive_ptr<StreamWork>> retired_;
   std::string broken_;

@@ -129,6 +129,10 @@ void CpuStreamTransport::runBatch(const std::vector<Post>& batch) {
     if (q.send) ++sendTarget[q.peer]; else ++recvs;
   }
   for (;;) {
+    // Aborted: the host transport may be gone already (abort() says why).
+    if (transfer_.aborted()) {
+      throw PeerError(-1, "the transfer stream was aborted before this batch ran");
+    }
     const uint32_t token = inner_.idleToken();
     bool moved = false;
     std::vector<uint8_t> blocked(p, 0);  // a post to this peer is still unposted
@@ -175,9 +179,9 @@ void CpuStreamTransport::runBatch(const std::vector<Post>& batch) {
     if (transfer_.aborted()) {
       throw PeerError(waiting, "the transfer stream was aborted while a batch waited");
     }
-    // Long slices: the host transport returns at once when something moves
-    // (abort() rings it too) and checks its peers' liveness between them.
-    if (!moved) inner_.idle(token, Clock::now() + std::chrono::seconds(1));
+    // The host transport returns at once when something moves and checks its
+    // peers' liveness between slices; abort() is seen at the next slice.
+    if (!moved) inner_.idle(token, Clock::now() + kAbortPoll);
   }
   waitPeer_.store(-1, std::memory_order_relaxed);
 }

@@ -56,11 +56,13 @@ class CpuStreamTransport final : public StreamTransport {
   CpuStream& transferStream() { return transfer_; }
   // The peer the running batch waits for, -1 if none.
   int waitingFor() const { return waitPeer_.load(std::memory_order_relaxed); }
-  // Fails the batch in flight and skips the rest (ncclCommAbort). Thread-safe.
-  void abort() {
-    transfer_.abort();
-    inner_.wake();
-  }
+  // Fails the batch in flight and skips the rest (ncclCommAbort). Thread-safe, and
+  // safe after the host transport is gone (a stream path that outlives its backend
+  // aborts again when it ends): it touches only this transport's own state; a batch
+  // waiting for its peers sees it within kAbortPoll. (Not shorter: the shared-memory
+  // transport looks at its peers' liveness only within an idle of over 50 ms.)
+  void abort() { transfer_.abort(); }
+  static constexpr auto kAbortPoll = std::chrono::milliseconds(200);
   // The first batch's failure ("" if none), on either queue. Thread-safe.
   std::string failure() const;
 
