@@ -21,9 +21,9 @@ const std::vector<std::string>& knownNames() {
       "RINGCOLL_BLOCKING_WAIT", "RINGCOLL_ASYNC_ERROR_HANDLING", "RINGCOLL_GPU_FINGERPRINT",
       "RINGCOLL_NCCL_BLOCKING", "RINGCOLL_STOP_LATCH_BYTES", "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER", "RINGCOLL_GPU_ALGO",
       "RINGCOLL_MAX_BATCHES_IN_FLIGHT",
-      // Read by the build (setup.py) and by Python (ringcoll.model), not by the
-      // backend; listed so they are not reported as unknown.
-      "RINGCOLL_CUDA", "RINGCOLL_MODEL"};
+      // Read by the build (setup.py) and by Python (ringcoll.model, the creator),
+      // not by the backend; listed so they are not reported as unknown.
+      "RINGCOLL_CUDA", "RINGCOLL_MODEL", "RINGCOLL_ALGO_MODULES"};
   return names;
 }
 
@@ -103,8 +103,9 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
                  "='", value, "' exists and is not a directory (expected a directory for "
                  "the trace files, or empty for no trace)");
     k.trace = value;
-  } else if (name == "RINGCOLL_CUDA" || name == "RINGCOLL_MODEL") {
-    // build-time only / read by Python (ringcoll.model)
+  } else if (name == "RINGCOLL_CUDA" || name == "RINGCOLL_MODEL" ||
+             name == "RINGCOLL_ALGO_MODULES") {
+    // build-time only / read by Python (ringcoll.model, ringcoll._backend)
   } else {
     std::string known;
     for (const auto& n : knownNames()) known += (known.empty() ? "" : ", ") + n;
