@@ -401,7 +401,8 @@ def _check_result(bufs, scheds, collective, p, n, root, where, counts=None):
     bounds = [block_range(n, p, i)[0] for i in range(p)]
     for r, buf in enumerate(bufs):
         rb, re = scheds[r]["result"]
-        at = f"{where} rank {r}"
+        steps = len(scheds[r]["steps"])
+        at = f"{where} rank {r} at the end" + (f" (after step {steps - 1})" if steps else "")
         if collective == "all_to_all":
             so, ro = _alltoall_offsets(counts, r)
             if (rb, re) != (ro[0], ro[p]):
@@ -509,6 +510,16 @@ def check_all(algo, max_p=64, log=None) -> int:
     return done
 
 
+def _load_modules():
+    """Algorithms written in Python that RINGCOLL_ALGO_MODULES names
+    (ringcoll.schedules), as the backend's creator imports them."""
+    import os
+
+    from .schedules import load_modules
+
+    load_modules(os.environ.get("RINGCOLL_ALGO_MODULES"))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m ringcoll.check",
@@ -517,10 +528,15 @@ def main(argv=None) -> int:
     ap.add_argument("algos", nargs="*", help="algorithms (default: every registered one)")
     ap.add_argument("--max-p", type=int, default=64, help="largest world size (default 64)")
     a = ap.parse_args(argv)
+    try:
+        _load_modules()
+    except ImportError as e:
+        print(f"python -m ringcoll.check: {e}", file=sys.stderr)
+        return 2
     for algo in a.algos or list(_C.algorithms()):
         try:
             n = check_all(algo, a.max_p, log=print)
-        except ScheduleError as e:
+        except (ScheduleError, ValueError, RuntimeError) as e:  # RuntimeError: AlgorithmError
             print(f"FAILED: {e}", file=sys.stderr)
             return 1
         names = ", ".join(torch_name(c) for c in _C.provides(algo))

@@ -191,6 +191,11 @@ def main(argv=None) -> int:
     ap.add_argument("--per-host", type=int, default=8)
     ap.add_argument("--size", type=parse_size, default=1 << 20)
     a = ap.parse_args(argv)
+    try:
+        checker._load_modules()
+    except ImportError as e:
+        print(f"python -m ringcoll.sim: {e}", file=sys.stderr)
+        return 2
     if a.algo is None:
         print(f"# predicted all-reduce time (us), float32; intra-host alpha {INTRA.alpha:g} s "
               f"beta {INTRA.beta:g} s/B, inter-host alpha {INTER.alpha:g} s beta "

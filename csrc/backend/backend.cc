@@ -610,14 +610,18 @@ bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
     FlightRecorder::get().failed(t.fr, e.peer());
     std::string msg = c10::str(t.label, ": ", e.what());
     const bool mismatch = dynamic_cast<const MismatchError*>(&e) != nullptr;
-    if (!mismatch && dynamic_cast<const ReportedError*>(&e) == nullptr) {
+    bool reported = dynamic_cast<const ReportedError*>(&e) != nullptr;
+    if (!mismatch && !reported) {
       // A peer that found a disagreement raised and may have exited already: its
-      // closed connection is a symptom, its report the cause.
+      // closed connection is a symptom, its report the cause (which stays in the
+      // store as it was for the ranks that have not looked yet).
       const std::string report = peerReport();
-      if (!report.empty()) msg = c10::str(t.label, ": ", report, " (then: ", e.what(), ")");
+      if (!report.empty()) {
+        msg = c10::str(t.label, ": ", report, " (then: ", e.what(), ")");
+        reported = true;
+      }
     }
     markBroken(msg);
-    const bool reported = dynamic_cast<const ReportedError*>(&e) != nullptr;
     if (mismatch || (!reported && !e.timedOut() && e.peer() >= 0)) {
       // Tell the other ranks (checkInterrupts): those that exchanged no header with
       // the disagreeing ones, and those that wait on a rank that waited on a peer

@@ -187,7 +187,7 @@ def _torch_name(collective: str) -> str:
 def _where(name, collective, prm: Params) -> str:
     root = f", root {prm.root}" if collective in ("broadcast", "reduce", "gather",
                                                  "scatter") else ""
-    return (f"algorithm '{name}' {collective} rank {prm.rank} (p={prm.size}, n={prm.n}{root})")
+    return f"algorithm '{name}' {collective} for rank {prm.rank} (p={prm.size}, n={prm.n}{root})"
 
 
 def _int(x) -> bool:
