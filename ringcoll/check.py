@@ -90,15 +90,18 @@ def alltoall_counts(p, n):
             for s in range(p)]
 
 
-def schedules(algo, collective, p, n, root=0, order=None, counts=None):
-    """Every rank's schedule, as the extension builds it."""
+def schedules(algo, collective, p, n, root=0, order=None, counts=None, hosts=None):
+    """Every rank's schedule, as the extension builds it. hosts: each rank's host
+    (schedule.h's Params::hosts; None: one host)."""
     collective = torch_name(collective)
+    hosts = list(hosts or [])
     if collective == "all_to_all":
         counts = counts or alltoall_counts(p, n)
         return [_C.schedule(algo, collective, p, r, sum(counts[r]) + sum(c[r] for c in counts),
-                            root, list(order or []), counts[r], [c[r] for c in counts])
+                            root, list(order or []), counts[r], [c[r] for c in counts], hosts)
                 for r in range(p)]
-    return [_C.schedule(algo, collective, p, r, n, root, list(order or [])) for r in range(p)]
+    return [_C.schedule(algo, collective, p, r, n, root, list(order or []), hosts=hosts)
+            for r in range(p)]
 
 
 def _fail(msg):
@@ -440,9 +443,10 @@ def _check_result(bufs, scheds, collective, p, n, root, where, counts=None):
                       f"{_shown(want + (0,), p)}")
 
 
-def check(algo, collective, p, n, root=0, order=None, counts=None):
+def check(algo, collective, p, n, root=0, order=None, counts=None, hosts=None):
     """Raises ScheduleError naming the first violation; returns the step count.
-    counts: all-to-all's p x p matrix (alltoall_counts(p, n) when None)."""
+    counts: all-to-all's p x p matrix (alltoall_counts(p, n) when None); hosts: each
+    rank's host (None: one host)."""
     collective = torch_name(collective)
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r} (known: {COLLECTIVES})")
@@ -452,8 +456,10 @@ def check(algo, collective, p, n, root=0, order=None, counts=None):
         f" root={root}" if collective in ("broadcast", "reduce", "gather", "scatter") else "")
     if order:
         where += f" order={list(order)}"
-    return check_schedules(schedules(algo, collective, p, n, root, order, counts), collective,
-                           p, n, root, where, counts)
+    if hosts:
+        where += f" hosts={list(hosts)}"
+    return check_schedules(schedules(algo, collective, p, n, root, order, counts, hosts),
+                           collective, p, n, root, where, counts)
 
 
 def check_schedules(scheds, collective, p, n, root=0, where="schedule", counts=None):
@@ -487,10 +493,30 @@ def _counts(p):
     return sorted({0, 1, p - 1, p, p + 1, 2 * p + 3, 3 * p + 1})
 
 
+def host_layouts(p):
+    """Host layouts (Params.hosts) to prove a host-aware algorithm on, besides one
+    host: two hosts (the second smaller when p is odd) and hosts of 4 ranks (the last
+    smaller); up to p = 16 also hosts of 3 and one host per rank."""
+    out = [[r // per for r in range(p)] for per in sorted({(p + 1) // 2, 4}) if per < p]
+    if p <= 16:
+        out += [[r // per for r in range(p)] for per in (3, 1) if per < p]
+    return out
+
+
+def uses_hosts(algo, collective) -> bool:
+    """Whether algo's schedules of collective change with the host layout."""
+    p, n = 4, 4 * 4 + 1
+    counts = alltoall_counts(p, n) if torch_name(collective) == "all_to_all" else None
+    return (schedules(algo, collective, p, n, counts=counts) !=
+            schedules(algo, collective, p, n, counts=counts, hosts=[0, 0, 1, 1]))
+
+
 def check_all(algo, max_p=64, log=None) -> int:
     """Proves every collective `algo` provides for p = 1..max_p, counts 0..3p+1
-    (sampled above p = 16), every root up to p = 16 (then 4 of them), and returns
-    how many schedules were checked. Raises ScheduleError on the first violation."""
+    (sampled above p = 16), every root up to p = 16 (then 4 of them), and, where its
+    schedules depend on where ranks live (twolevel), the host_layouts(p) too (counts
+    sampled above p = 8); returns how many schedules were checked. Raises
+    ScheduleError on the first violation."""
     provided = {c.replace("_", "") for c in COLLECTIVES} & set(_C.provides(algo))
     done = 0
     for p in range(1, max_p + 1):
@@ -498,13 +524,20 @@ def check_all(algo, max_p=64, log=None) -> int:
         for c in COLLECTIVES:
             if c.replace("_", "") not in provided:
                 continue
+            layouts = [None]
+            if p > 1 and uses_hosts(algo, c):
+                layouts += host_layouts(p)
             for n in _counts(p):
                 blocks = c in ("reduce_scatter", "all_gather", "gather", "scatter")
                 if blocks and n % p:
                     continue
-                for root in roots if c in ("broadcast", "reduce", "gather", "scatter") else [0]:
-                    check(algo, c, p, n, root=root)
-                    done += 1
+                for hosts in layouts:
+                    if hosts and p > 8 and n not in (1, p + 1, 3 * p + 1):
+                        continue
+                    for root in roots if c in ("broadcast", "reduce", "gather", "scatter") \
+                            else [0]:
+                        check(algo, c, p, n, root=root, hosts=hosts)
+                        done += 1
         if log and (p <= 4 or p % 16 == 0):
             log(f"{algo}: p = 1..{p} proved ({done} schedules)")
     return done

@@ -96,18 +96,26 @@ class Result:
     checked: str        # what the checker proved
 
 
-def _check(algo, collective, p, n) -> str:
-    """Runs the checker on (p, n), or on a smaller world; returns what it proved."""
+def _hosts(p, per_host) -> tuple:
+    """Params.hosts of p ranks, per_host to a host (the last host may be smaller);
+    empty on one host."""
+    return tuple(r // per_host for r in range(p)) if p > per_host else ()
+
+
+def _check(algo, collective, p, n, per_host) -> str:
+    """Runs the checker on (p, n) and this topology's hosts, or on a smaller world
+    with hosts of the same size; returns what it proved."""
     if p <= CHECK_MAX_P:
-        checker.check(algo, collective, p, n)
+        checker.check(algo, collective, p, n, hosts=_hosts(p, per_host))
         return f"p={p} n={n}"
     q = CHECK_MAX_P
     pow2 = p & (p - 1) == 0
     while q > 2 and ((q & (q - 1) == 0) != pow2 or q % 2 != p % 2):
         q -= 1
     m = max(q, n // q * q) if collective in ("reduce_scatter", "all_gather") else n
-    checker.check(algo, collective, q, m)
-    return f"p={q} n={m} (sampled: the checker walks every rank, too slow at p={p})"
+    checker.check(algo, collective, q, m, hosts=_hosts(q, per_host))
+    return (f"p={q} n={m}, {per_host} ranks a host (sampled: the checker walks every rank, "
+            f"too slow at p={p})")
 
 
 def simulate(algo, collective, topo: Topology, nbytes: int, dtype="float32",
@@ -115,8 +123,9 @@ def simulate(algo, collective, topo: Topology, nbytes: int, dtype="float32",
     """Checks the schedule (unless verify=False) and predicts one call's time."""
     p = topo.p
     n = elements(collective, nbytes, p, DTYPE_BYTES[dtype])
-    checked = _check(algo, collective, p, n) if verify else "not checked"
-    return _simulate(transfers(algo, collective, p, n), collective, topo, n, dtype, checked)
+    checked = _check(algo, collective, p, n, topo.per_host) if verify else "not checked"
+    return _simulate(transfers(algo, collective, p, n, _hosts(p, topo.per_host)), collective,
+                     topo, n, dtype, checked)
 
 
 def simulate_schedules(scheds, collective, topo: Topology, n: int, dtype="float32",

@@ -205,8 +205,8 @@ def test_simulator_and_model_agree_with_a_plain_walk(algo, collective):
         p, elem = topo.p, model.DTYPE_BYTES[dtype]
         for nbytes in (8, 3 * 4096 + 12, 1 << 16):
             n = model.elements(collective, nbytes, p, elem)
-            scheds = [_C.schedule(algo, model.SCHEDULE_NAME[collective], p, r, n)
-                      for r in range(p)]
+            scheds = [_C.schedule(algo, model.SCHEDULE_NAME[collective], p, r, n,
+                                  hosts=list(sim._hosts(p, per_host))) for r in range(p)]
             seconds, counts = _walk(scheds, topo, collective, n, elem)
             where = (f"{algo} {collective} {hosts}x{per_host} cores={cores} header={header} "
                      f"{dtype} {nbytes} B")

@@ -418,3 +418,60 @@ def test_torchrun_with_a_module_debug_and_trace(tmp_path):
                             capture_output=True, text=True, timeout=120, env=env)
     assert merged.returncode == 0, merged.stderr
     assert "pyring" in merged.stdout, merged.stdout
+
+
+# --------------------------------------------------------------------------------
+# the algorithms ringcoll ships written in Python: swing, bruck, twolevel
+
+SHIPPED = ("swing", "bruck", "twolevel")
+
+
+@pytest.mark.parametrize("algo", SHIPPED)
+def test_shipped_algorithms_proved_for_1_to_64_ranks(algo):
+    # every collective each provides, p = 1..64; twolevel also on host layouts of
+    # two hosts, hosts of 4 (and of 3, and a host per rank, up to 16 ranks)
+    assert check.check_all(algo, max_p=64) > 0
+
+
+def test_shipped_algorithms_are_registered_and_shaped():
+    assert ringcoll.algorithms()[7:10] == list(SHIPPED)
+    assert _C.provides("swing") == ["allreduce", "barrier"]
+    assert _C.provides("bruck") == ["allgather"]
+    assert _C.provides("twolevel") == ["allreduce", "barrier"]
+    from ringcoll.schedules import swing
+
+    assert [swing.rho(s) for s in range(5)] == [1, -1, 3, -5, 11]
+    for p, steps in ((2, 2), (4, 4), (8, 6), (16, 8), (3, 4), (6, 6), (12, 8)):
+        for r, sched in enumerate(check.schedules("swing", "all_reduce", p, 5 * p)):
+            assert len(sched["steps"]) == steps, (p, r)
+    # step s of the power-of-two core exchanges with r +- rho(s), one message each way
+    for r, sched in enumerate(check.schedules("swing", "all_reduce", 8, 40)):
+        for s in range(3):
+            want = (r + swing.rho(s)) % 8 if r % 2 == 0 else (r - swing.rho(s)) % 8
+            assert [t[1] for t in sched["steps"][s]["transfers"]] == [want, want], (r, s)
+    # bruck: ceil(log2 p) steps for any p
+    for p in (2, 3, 5, 8, 9, 31):
+        for sched in check.schedules("bruck", "all_gather", p, 2 * p):
+            assert len(sched["steps"]) == (p - 1).bit_length()
+    # twolevel, 3 hosts of 2: ring reduce-scatter (1 step), all-reduce across hosts
+    # (4 steps), all-gather (1): only the middle steps cross hosts
+    hosts = [0, 0, 1, 1, 2, 2]
+    for r, sched in enumerate(check.schedules("twolevel", "all_reduce", 6, 60, hosts=hosts)):
+        crossing = [s for s, st in enumerate(sched["steps"])
+                    if any(hosts[t[1]] != hosts[r] for t in st["transfers"])]
+        assert len(sched["steps"]) == 6 and crossing == [1, 2, 3, 4], (r, crossing)
+
+
+SHIPPED_ALGOS = {a: _C.provides(a) for a in SHIPPED}
+# A few worlds each (the checker proves every p above); twolevel also across two
+# pretended hosts (RINGCOLL_HOST: gloo between them, Params.hosts of two hosts),
+# even and uneven; tests/test_hosts.py runs them on two namespaced hosts.
+SHIPPED_GRID = [(3, "shm", None), (4, "stream", None), (5, "gloo", None),
+                (4, "auto", ["a", "a", "b", "b"]), (5, "auto", ["a", "a", "a", "b", "b"])]
+
+
+@pytest.mark.parametrize("world_size, transport, hosts", SHIPPED_GRID)
+def test_shipped_algorithms_against_references(world_size, transport, hosts):
+    algos = {"twolevel": SHIPPED_ALGOS["twolevel"]} if hosts else SHIPPED_ALGOS
+    mp.run_checks(world_size, algorithms_matrix, algos, timeout=600, transport=transport,
+                  env=_env(transport), rank_env={"RINGCOLL_HOST": hosts} if hosts else None)

@@ -194,11 +194,14 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   pairSeq_[1].assign(static_cast<size_t>(size), 0);
   worker_ = std::make_unique<Worker>();
   if (knobs_.debug) {
-    std::string links;
+    std::string links, hosts;
     for (const auto& l : this->links()) links += (links.empty() ? "" : ",") + (l.empty() ? "-" : l);
-    std::fprintf(stderr, "[ringcoll rank %d/%d] %s transport=%s links=%s timeout=%lld ms\n",
+    for (int h : ringHosts_) hosts += (hosts.empty() ? "" : ",") + std::to_string(h);
+    std::fprintf(stderr,
+                 "[ringcoll rank %d/%d] %s transport=%s links=%s hosts=%s timeout=%lld ms\n",
                  rank, size, knobs_.describe().c_str(), transport_->name().c_str(),
-                 links.c_str(), static_cast<long long>(timeout_.count()));
+                 links.c_str(), hosts.empty() ? "one" : hosts.c_str(),
+                 static_cast<long long>(timeout_.count()));
   }
 }
 

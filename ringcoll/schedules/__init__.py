@@ -409,3 +409,7 @@ def _import_path(path: str) -> None:
     except BaseException:
         del sys.modules[name]
         raise
+
+
+# The algorithms ringcoll ships written in Python, registered with the package.
+from . import swing, bruck, twolevel  # noqa: E402,F401  (after the API they use)
