@@ -505,7 +505,7 @@ def host_layouts(p):
 
 def uses_hosts(algo, collective) -> bool:
     """Whether algo's schedules of collective change with the host layout."""
-    p, n = 4, 4 * 4 + 1
+    p, n = 4, 4 * 5  # p blocks: every collective takes it
     counts = alltoall_counts(p, n) if torch_name(collective) == "all_to_all" else None
     return (schedules(algo, collective, p, n, counts=counts) !=
             schedules(algo, collective, p, n, counts=counts, hosts=[0, 0, 1, 1]))

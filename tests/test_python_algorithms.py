@@ -475,3 +475,72 @@ def test_shipped_algorithms_against_references(world_size, transport, hosts):
     algos = {"twolevel": SHIPPED_ALGOS["twolevel"]} if hosts else SHIPPED_ALGOS
     mp.run_checks(world_size, algorithms_matrix, algos, timeout=600, transport=transport,
                   env=_env(transport), rank_env={"RINGCOLL_HOST": hosts} if hosts else None)
+
+
+# --------------------------------------------------------------------------------
+# docs/ALGORITHMS.md's walk
+
+
+def _fenced(doc):
+    """The doc's fenced blocks, in order: (language, text)."""
+    parts = doc.split("```")
+    return [(b.split("\n", 1)[0], b.split("\n", 1)[1] if "\n" in b else "")
+            for b in parts[1::2]]
+
+
+def test_the_docs_walk_shows_the_example_and_its_commands_run():
+    doc = (REPO / "docs" / "ALGORITHMS.md").read_text()
+    blocks = _fenced(doc)
+    assert blocks[0] == ("python", (REPO / "examples" / "pyring.py").read_text()), \
+        "docs/ALGORITHMS.md's first example is not examples/pyring.py"
+    commands = [c for lang, text in blocks if lang == "bash" for c in text.splitlines()]
+    for path in ("examples/pyring.py", "examples/allreduce.py"):
+        assert any(path in c for c in commands) and (REPO / path).exists(), path
+    # The checker's and the simulator's steps, verbatim, print what the doc shows
+    # (the torchrun, trace and benchmark steps run in
+    # test_torchrun_with_a_module_debug_and_trace and
+    # test_bench_runs_a_python_algorithm_beside_the_built_in).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
+    ran = 0
+    for (lang, text), (after, shown) in zip(blocks, blocks[1:]):
+        if lang != "bash" or after != "" or not any(
+                t in text for t in ("ringcoll.check", "ringcoll.sim")):
+            continue
+        out = subprocess.run(text, shell=True, capture_output=True, text=True, timeout=300,
+                             env=env, cwd=REPO)
+        assert out.returncode == 0, (text, out.stderr)
+        for line in shown.splitlines():
+            assert line == "..." or line in out.stdout, (text, line, out.stdout)
+        ran += 1
+    assert ran == 2
+
+
+def test_a_name_defined_again_is_what_the_tools_read():
+    register("pyagain", "all_reduce")(pyring.all_reduce)
+    before = list(model.terms("pyagain", "all_reduce", 3, 1 << 12, "shm", model.load()))
+    register("pyagain", "all_reduce")(_reversed_ring)
+    assert check.schedules("pyagain", "all_reduce", 3, 9) != check.schedules("pyring",
+                                                                             "all_reduce", 3, 9)
+    assert model.transfers.cache_info().currsize == 0  # the old tables are gone
+    after = list(model.terms("pyagain", "all_reduce", 3, 1 << 12, "shm", model.load()))
+    assert after == before  # the same counts: the ring either way round
+
+
+def test_bench_runs_a_python_algorithm_beside_the_built_in(tmp_path, capsys, monkeypatch):
+    """The walk's last step, small: the benchmark's workers import the module."""
+    import json
+
+    from ringcoll.bench import main as bench
+
+    monkeypatch.setenv("RINGCOLL_ALGO_MODULES", PYRING)
+    rc = bench(["-b", "8", "-e", "4K", "-f", "512", "--nproc", "2", "--budget", "0.01",
+                "-n", "3", "-R", "2", "-w", "1", "--collectives", "all_reduce",
+                "--backends", "ringcoll,ringcoll+algo=pyring", "--algo", "ring",
+                "--json", str(tmp_path / "b.json"), "--csv", str(tmp_path / "b.csv"),
+                "--plot", str(tmp_path / "b.png")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "ringcoll+algo=pyring" in out and "busbw ratio" in out, out
+    rows = json.loads((tmp_path / "b.json").read_text())["results"]
+    assert {r["backend"] for r in rows} == {"ringcoll", "ringcoll+algo=pyring"}
+    assert all(r[k]["wrong"] == 0 for r in rows for k in ("oop", "ip") if r[k])

@@ -61,7 +61,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from .. import _C
+from .. import _C, check
 
 __all__ = ["Params", "Range", "Transfer", "Reduced", "Schedule", "AlgorithmError", "block",
            "split", "send", "recv_copy", "recv_reduce", "reduced", "register", "load_modules",
@@ -279,8 +279,8 @@ class _Definition:
         return _to_c(self.schedule(collective, prm))
 
     def _every_rank(self, collective, p, n, root, order, hosts, counts=None):
-        """(every rank's schedule dict, the checker's n) for one call; counts: the
-        all-to-all matrix."""
+        """Every rank's schedule dict of one call; counts: the all-to-all matrix
+        (each rank's n is its row and column's total)."""
         if collective == "all_to_all":
             prms = [Params(q, p, sum(counts[q]) + sum(c[q] for c in counts), root, order,
                            hosts, tuple(counts[q]), tuple(c[q] for c in counts))
@@ -290,8 +290,6 @@ class _Definition:
         return [self.schedule(collective, prm) for prm in prms]
 
     def _proved(self, collective, p, n, root, order, hosts, counts=None):
-        from .. import check  # imported here: check imports the extension's tools
-
         scheds = self._every_rank(collective, p, n, root, order, hosts, counts)
         where = f"algorithm '{self.name}' {collective} p={p} n={n}"
         if collective in ("broadcast", "reduce", "gather", "scatter"):
@@ -311,12 +309,10 @@ class _Definition:
         order = tuple(order) or tuple(range(p))
         hosts = tuple(hosts) or (0,) * p
         if collective == "all_to_all":
-            from ..check import alltoall_counts
-
             # Proved in a world of this rank's true counts, the others' drawn from
             # the checker's pattern; digested at that pattern alone (a rank knows
             # only its own counts, and the digest must be the same on every rank).
-            pattern = alltoall_counts(p, p + 1)
+            pattern = check.alltoall_counts(p, p + 1)
             counts = [list(row) for row in pattern]
             counts[rank] = list(send_counts)
             for s in range(p):
@@ -370,6 +366,9 @@ def register(name: str, collective: str, *, summary: str | None = None
         definition = _Definition(name, text, builders)
         _C.register_algorithm(name, text, [_C10D.get(c, c) for c in builders], definition)
         _DEFINED[name] = definition
+        model = sys.modules.get("ringcoll.model")
+        if model is not None:  # its cached tables may hold an earlier definition's
+            model.transfers.cache_clear()
         return fn
 
     return add
