@@ -411,4 +411,5 @@ def _import_path(path: str) -> None:
 
 
 # The algorithms ringcoll ships written in Python, registered with the package.
+SHIPPED = ("swing", "bruck", "twolevel")
 from . import swing, bruck, twolevel  # noqa: E402,F401  (after the API they use)
