@@ -133,6 +133,8 @@ def test_unknown_collective_is_refused():
 # the tools
 
 
+# The same on every torch (pure schedules, or command lines): once per CI run.
+@pytest.mark.once_across_shards
 def test_check_sim_and_model_take_python_algorithms():
     assert check.check_all("pyring", max_p=6) > 0
     assert check.check_all("pymirror", max_p=4) > 0
@@ -154,6 +156,7 @@ def _tool(args, modules=MODULES):
                           timeout=240, env=env, cwd=REPO)
 
 
+@pytest.mark.once_across_shards
 def test_command_lines_import_ringcoll_algo_modules():
     out = _tool(["ringcoll.check", "pyring", "--max-p", "4"])
     assert out.returncode == 0, out.stderr
@@ -508,6 +511,7 @@ def _fenced(doc):
             for b in parts[1::2]]
 
 
+@pytest.mark.once_across_shards
 def test_the_docs_walk_shows_the_example_and_its_commands_run():
     doc = (REPO / "docs" / "ALGORITHMS.md").read_text()
     blocks = _fenced(doc)
@@ -547,6 +551,7 @@ def test_a_name_defined_again_is_what_the_tools_read():
     assert after == before  # the same counts: the ring either way round
 
 
+@pytest.mark.once_across_shards
 def test_bench_runs_a_python_algorithm_beside_the_built_in(tmp_path, capsys, monkeypatch):
     """The walk's last step, small: the benchmark's workers import the module."""
     import json
