@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "bindings_algorithms.h"
 #include "backend/checks.h"
 #include "backend/flight_recorder.h"
 #include "backend/ops.h"
@@ -80,7 +81,8 @@ ringcoll::algo::Schedule buildSchedule(const std::string& algoName,
                                        const std::string& collective, int p, int rank,
                                        size_t n, int root, const std::vector<int>& order,
                                        const std::vector<size_t>& sendCounts = {},
-                                       const std::vector<size_t>& recvCounts = {}) {
+                                       const std::vector<size_t>& recvCounts = {},
+                                       const std::vector<int>& hosts = {}) {
   const auto& algo = ringcoll::algo::findAlgorithm(algoName);
   TORCH_CHECK(p >= 1 && rank >= 0 && rank < p, "rank ", rank, " of ", p);
   ringcoll::algo::Params prm;
@@ -91,6 +93,9 @@ ringcoll::algo::Schedule buildSchedule(const std::string& algoName,
   prm.order = order;
   prm.sendCounts = sendCounts;
   prm.recvCounts = recvCounts;
+  TORCH_CHECK(hosts.empty() || static_cast<int>(hosts.size()) == p, "hosts: ", hosts.size(),
+              " entries for ", p, " ranks (one per rank, or none: one host)");
+  prm.hosts = hosts;
   const auto c = collectiveNamed(collective);
   algo.require(c);  // std::invalid_argument: ValueError naming what it provides
   return algo.builder(c)(prm);
@@ -132,9 +137,9 @@ py::dict toDict(const ringcoll::algo::Schedule& sched) {
 py::dict scheduleDict(const std::string& algoName, const std::string& collective, int p,
                       int rank, size_t n, int root, const std::vector<int>& order,
                       const std::vector<size_t>& sendCounts,
-                      const std::vector<size_t>& recvCounts) {
-  return toDict(
-      buildSchedule(algoName, collective, p, rank, n, root, order, sendCounts, recvCounts));
+                      const std::vector<size_t>& recvCounts, const std::vector<int>& hosts) {
+  return toDict(buildSchedule(algoName, collective, p, rank, n, root, order, sendCounts,
+                              recvCounts, hosts));
 }
 
 // Every rank's schedule of one collective as one table, for the cost model and the
@@ -148,13 +153,13 @@ static_assert(static_cast<int>(ringcoll::algo::Kind::kSend) == 0 &&
                   static_cast<int>(ringcoll::algo::Kind::kRecvReduce) == 2,
               "schedule_table's kind column (ringcoll.model.KINDS) is Kind's value");
 py::tuple scheduleTable(const std::string& algoName, const std::string& collective, int p,
-                        size_t n, int root) {
+                        size_t n, int root, const std::vector<int>& hosts) {
   TORCH_CHECK(p >= 1, "schedule_table: p = ", p, " (need p >= 1)");
   std::vector<ringcoll::algo::Schedule> scheds;
   scheds.reserve(p);
   size_t rows = 0;
   for (int r = 0; r < p; ++r) {
-    scheds.push_back(buildSchedule(algoName, collective, p, r, n, root, {}));
+    scheds.push_back(buildSchedule(algoName, collective, p, r, n, root, {}, {}, {}, hosts));
     for (const auto& st : scheds.back().steps) rows += st.transfers.size();
   }
   at::Tensor table = at::empty({static_cast<int64_t>(rows), 6}, at::kLong);
@@ -191,7 +196,7 @@ py::dict exchangeSchedule(const std::string& collective, int p, int rank, size_t
     for (size_t c : sendCounts) n += c;
     for (size_t c : recvCounts) n += c;
   }
-  return scheduleDict(algo, collective, p, rank, n, root, {}, sendCounts, recvCounts);
+  return scheduleDict(algo, collective, p, rank, n, root, {}, sendCounts, recvCounts, {});
 }
 
 // The executor's plan of one rank's schedule, for the plan tests: a list of
@@ -496,6 +501,7 @@ bool allReduceEager(py::handle tensorObj, py::handle group) {
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  ringcoll::bindPythonAlgorithms(m);
   // c10d's Backend and Store bindings live in torch; load them first so pybind11
   // knows the base class.
   py::module_::import("torch.distributed");
@@ -558,9 +564,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("schedule", &scheduleDict, py::arg("algo"), py::arg("collective"), py::arg("p"),
         py::arg("rank"), py::arg("n"), py::arg("root") = 0,
         py::arg("order") = std::vector<int>{}, py::arg("send_counts") = std::vector<size_t>{},
-        py::arg("recv_counts") = std::vector<size_t>{});
+        py::arg("recv_counts") = std::vector<size_t>{}, py::arg("hosts") = std::vector<int>{});
   m.def("schedule_table", &scheduleTable, py::arg("algo"), py::arg("collective"), py::arg("p"),
-        py::arg("n"), py::arg("root") = 0);
+        py::arg("n"), py::arg("root") = 0, py::arg("hosts") = std::vector<int>{});
   m.def("exchange_schedule", &exchangeSchedule, py::arg("collective"), py::arg("p"),
         py::arg("rank"), py::arg("n") = 0, py::arg("root") = 0,
         py::arg("send_counts") = std::vector<size_t>{},

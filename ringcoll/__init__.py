@@ -49,10 +49,11 @@ except ImportError as e:
             "installed: rebuild it (pip install --no-build-isolation -e . in its checkout, "
             f"or reinstall its wheel) against this torch ({e})") from e
     raise
+from . import schedules
 from ._backend import create_backend as _create_backend
 from .options import Options
 
-__all__ = ["Options", "build_info", "algorithms", "BACKEND_NAME"]
+__all__ = ["Options", "build_info", "algorithms", "schedules", "BACKEND_NAME"]
 
 BACKEND_NAME = "ringcoll"
 
@@ -63,7 +64,9 @@ def build_info() -> dict:
 
 
 def algorithms() -> list[str]:
-    """The algorithm names RINGCOLL_ALGO accepts."""
+    """The algorithm names RINGCOLL_ALGO accepts: the built-in ones, then those
+    written in Python (ringcoll.schedules: swing, bruck and twolevel, then any a
+    module registered)."""
     return list(_C.algorithms())
 
 

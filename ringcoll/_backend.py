@@ -7,7 +7,7 @@ import sys
 
 import torch.distributed as dist
 
-from . import _C
+from . import _C, schedules
 from .options import Options
 
 # Store prefix of the point-to-point gloo group each ringcoll backend creates. The
@@ -104,6 +104,9 @@ def create_backend(dist_backend_opts, backend_options):
             f"{type(backend_options).__name__}"
         )
     overrides = backend_options.overrides() if backend_options is not None else {}
+    # Algorithms written in Python, before RINGCOLL_ALGO (or auto) names them: every
+    # rank's process runs this, torchrun's workers too.
+    schedules.load_modules(_knob(overrides, "RINGCOLL_ALGO_MODULES"))
     store = dist_backend_opts.store
     rank = dist_backend_opts.group_rank
     size = dist_backend_opts.group_size

@@ -10,12 +10,17 @@ algorithm's schedule does what its collective promises.
 It asks the extension for every rank's schedule (csrc/schedules/schedule.h: steps of
 transfers, each a send or a receive that is copied or reduced into place, of an
 element range with one peer) and walks all ranks step by step on symbolic data.
-Each element holds (index, contributors, finishes, fold): the buffer position it
+Each element holds (position, contributors, finishes, fold): the buffer position it
 stands for, the set of ranks whose input it contains (a bitmask, any world size),
 how many times a finishing pass (AVG's division) was applied to it, and how it was
 folded (a rank's input, or (accumulator, arrival) of a reduce). A send carries the
 sender's elements as they were before the step; a receive-copy replaces, a
-receive-reduce merges two values of the same position. It checks:
+receive-reduce merges two values of the same position. Elements are kept as runs
+(consecutive elements whose positions follow each other and whose other fields
+agree), so the work grows with the schedule's transfers, not with n: the backend
+proves a Python algorithm's schedules at the very n of the call
+(ringcoll/schedules), 8 B or 1 GiB. A message names the first element that breaks
+a rule. It checks:
 
   structure  peers in range, ranges inside the buffer (a transfer with the rank
              itself is local: its sends pair with its receives like any peer's);
@@ -49,6 +54,7 @@ blocks); its own block is copied by the job, so it starts in place here.
 from __future__ import annotations
 
 import argparse
+import bisect
 import sys
 
 from . import _C
@@ -84,15 +90,18 @@ def alltoall_counts(p, n):
             for s in range(p)]
 
 
-def schedules(algo, collective, p, n, root=0, order=None, counts=None):
-    """Every rank's schedule, as the extension builds it."""
+def schedules(algo, collective, p, n, root=0, order=None, counts=None, hosts=None):
+    """Every rank's schedule, as the extension builds it. hosts: each rank's host
+    (schedule.h's Params::hosts; None: one host)."""
     collective = torch_name(collective)
+    hosts = list(hosts or [])
     if collective == "all_to_all":
         counts = counts or alltoall_counts(p, n)
         return [_C.schedule(algo, collective, p, r, sum(counts[r]) + sum(c[r] for c in counts),
-                            root, list(order or []), counts[r], [c[r] for c in counts])
+                            root, list(order or []), counts[r], [c[r] for c in counts], hosts)
                 for r in range(p)]
-    return [_C.schedule(algo, collective, p, r, n, root, list(order or [])) for r in range(p)]
+    return [_C.schedule(algo, collective, p, r, n, root, list(order or []), hosts=hosts)
+            for r in range(p)]
 
 
 def _fail(msg):
@@ -103,7 +112,10 @@ def _overlap(a, b):
     return a[0] < b[1] and b[0] < a[1]
 
 
-def _check_structure(scheds, p, sizes, where):
+def _check_structure(scheds, p, sizes, where, bounds=None):
+    """`sizes`: each rank's buffer with its scratch, which transfers may address;
+    `bounds`: without it, where `reduced` must lie."""
+    bounds = bounds or sizes
     nsteps = max(len(s["steps"]) for s in scheds)
     for s in range(nsteps):
         pairs = {}  # (src, dst) -> [send sizes], [recv sizes]
@@ -128,6 +140,9 @@ def _check_structure(scheds, p, sizes, where):
                 else:
                     writes.append((b, e))
                     pairs.setdefault((peer, r), ([], []))[1].append(e - b)
+            for b, e in step["reduced"]:
+                if not (0 <= b <= e <= bounds[r]):
+                    _fail(f"{at}: marks [{b}, {e}) reduced, outside the buffer [0, {bounds[r]})")
             for i, w in enumerate(writes):
                 for other in writes[i + 1:]:
                     if _overlap(w, other):
@@ -154,129 +169,257 @@ def _alltoall_offsets(counts, r):
     return so, ro
 
 
+# A value is what a run of elements holds: (label, pos, contributors, finishes, fold).
+# Element k of the run stands for position pos + k of `label`'s numbering (None: the
+# buffer's own positions; (s, d): all-to-all's block of rank s for rank d), holds the
+# inputs of the ranks in the bitmask `contributors`, was finished `finishes` times
+# and was folded as the interned tree `fold` (_Folds). None: holds nothing yet.
+
+
+def _at(v, k):
+    """The value of element k of a run whose first element holds v."""
+    return v if v is None or k == 0 else (v[0], v[1] + k, v[2], v[3], v[4])
+
+
+def _position(v):
+    return v[1] if v[0] is None else ("a", v[0][0], v[0][1], v[1])
+
+
+class _Folds:
+    """Fold trees, interned: rank r's own input is r, a reduce of a into b is the
+    id of the pair, so two elements were folded the same way iff their ids are
+    equal, however deep the trees."""
+
+    def __init__(self, p):
+        self.p = p
+        self.ids = {}
+        self.pairs = []
+
+    def join(self, a, b):
+        key = (a, b)
+        got = self.ids.get(key)
+        if got is None:
+            got = self.ids[key] = self.p + len(self.pairs)
+            self.pairs.append(key)
+        return got
+
+    def show(self, f):
+        if f < self.p:
+            return str(f)
+        a, b = self.pairs[f - self.p]
+        return f"({self.show(a)} + {self.show(b)})"
+
+
+class _Buf:
+    """One rank's buffer as runs: run i covers [starts[i], starts[i + 1]) (the last
+    up to `size`) and holds vals[i] in its first element, _at(vals[i], k) in its
+    k-th. The checker's work grows with the number of runs, which transfers and
+    block boundaries create, not with the number of elements."""
+
+    __slots__ = ("starts", "vals", "size")
+
+    def __init__(self, size, runs):
+        self.starts, self.vals, self.size = [], [], size
+        at = 0
+        for length, v in runs:
+            if length > 0:
+                self.starts.append(at)
+                self.vals.append(v)
+                at += length
+        assert at == size, (at, size)
+
+    def cut(self, x):
+        """The index of the run that starts at x (splitting one if needed);
+        len(runs) for x == size."""
+        if x >= self.size:
+            return len(self.starts)
+        i = bisect.bisect_right(self.starts, x) - 1
+        if self.starts[i] != x:
+            k = x - self.starts[i]
+            i += 1
+            self.starts.insert(i, x)
+            self.vals.insert(i, _at(self.vals[i - 1], k))
+        return i
+
+    def pieces(self, b, e):
+        """[(begin, end, value)] of the runs that tile [b, e)."""
+        i, j = self.cut(b), self.cut(e)
+        ends = self.starts[i + 1:j] + [e]
+        return [(self.starts[k], ends[k - i], self.vals[k]) for k in range(i, j)]
+
+    def cut_all(self, cuts, b, e):
+        """Cut at every x of `cuts` in (b, e)."""
+        for x in cuts:
+            if b < x < e:
+                self.cut(x)
+
+    def replace(self, b, e, runs):
+        """[b, e) holds `runs` [(length, value)] from now on."""
+        i, j = self.cut(b), self.cut(e)
+        starts, vals, at = [], [], b
+        for length, v in runs:
+            if length > 0:
+                starts.append(at)
+                vals.append(v)
+                at += length
+        self.starts[i:j], self.vals[i:j] = starts, vals
+
+    def first(self, b, e, bad):
+        """The first element of [b, e) whose value makes bad(value) true (values
+        checked per run: `bad` must not depend on the position within it), or None."""
+        for s, _, v in self.pieces(b, e):
+            if bad(v):
+                return s, v
+        return None
+
+
 def _initial(collective, p, n, r, root, counts=None):
-    """Rank r's buffer before step 0, without scratch: (label, contributors,
-    finishes) per element, or None where it holds nothing yet."""
+    """Rank r's buffer before step 0, without scratch, as runs [(length, value)]."""
+    mine = (None, 0, 1 << r, 0, r)
     if collective in REDUCING:
-        return [(e, 1 << r, 0, r) for e in range(n)]
+        return [(n, mine)]
     if collective in ("all_gather", "gather"):
-        b, e1 = block_range(n, p, r)
-        return [(e, 1 << r, 0, r) if b <= e < e1 else None for e in range(n)]
+        b, e = block_range(n, p, r)
+        return [(b, None), (e - b, (None, b, 1 << r, 0, r)), (n - e, None)]
     if collective == "all_to_all":
-        so, ro = _alltoall_offsets(counts, r)
-        buf = [(("a", r, d, i), 1 << r, 0, r) for d in range(p) for i in range(counts[r][d])]
-        buf += [None] * (ro[p] - ro[0])
-        for i in range(counts[r][r]):  # the job's local copy of the own block
-            buf[ro[r] + i] = (("a", r, r, i), 1 << r, 0, r)
-        return buf
-    return [(e, 1 << root, 0, root) if r == root else None for e in range(n)]
+        runs = [(counts[r][d], ((r, d), 0, 1 << r, 0, r)) for d in range(p)]
+        for q in range(p):  # the job's local copy of the own block
+            runs.append((counts[q][r], ((r, r), 0, 1 << r, 0, r) if q == r else None))
+        return runs
+    return [(n, (None, 0, 1 << root, 0, root) if r == root else None)]
 
 
-def _simulate(scheds, p, bufs, nsteps, where):
+def _with_scratch(runs, n, scratch):
+    """runs, then `scratch` elements past n: a copy of the first ones, then nothing."""
+    out, left = list(runs), scratch
+    for length, v in runs:
+        if left <= 0:
+            break
+        out.append((min(length, left), v))
+        left -= length
+    return out + [(max(left, 0), None)]
+
+
+def _reduce_into(buf, b, e, payload, peer, p, folds, at):
+    """Receive-reduces `payload` [(length, value)] into [b, e) of buf."""
+    x = b
+    cuts = []
+    for length, _ in payload:
+        x += length
+        cuts.append(x)
+    buf.cut_all(cuts, b, e)
+    out, seg, seg_start = [], 0, b
+    for s, t, u in buf.pieces(b, e):
+        while s >= seg_start + payload[seg][0]:
+            seg_start += payload[seg][0]
+            seg += 1
+        v = _at(payload[seg][1], s - seg_start)
+        if u is None:
+            _fail(f"{at}: reduces into element {s}, which holds nothing")
+        if (u[0], u[1]) != (v[0], v[1]):
+            _fail(f"{at}: reduces position {_position(v)} from rank {peer} into "
+                  f"position {_position(u)}")
+        if u[2] & v[2]:
+            twice = [q for q in range(p) if (u[2] & v[2]) >> q & 1]
+            _fail(f"{at}: element {s} from rank {peer} counts ranks {twice} twice")
+        if u[3] or v[3]:
+            _fail(f"{at}: element {s} was finished before its reduction was complete")
+        out.append((t - s, (u[0], u[1], u[2] | v[2], 0, folds.join(u[4], v[4]))))
+    buf.replace(b, e, out)
+
+
+def _simulate(scheds, p, bufs, nsteps, where, folds):
     full = (1 << p) - 1
     for s in range(nsteps):
-        pre = [list(b) for b in bufs]
-        outbox = {}  # (src, dst) -> list of element lists, in send order
+        # Every send of the step carries the sender's elements as they were before
+        # it; _check_structure proved that no rank writes what it sends in a step.
+        outbox = {}  # (src, dst) -> list of payloads [(length, value)], in send order
         for r, sched in enumerate(scheds):
             if s >= len(sched["steps"]):
                 continue
             for kind, peer, b, e in sched["steps"][s]["transfers"]:
                 if kind != "send" or b == e:
                     continue
-                vals = pre[r][b:e]
-                if any(v is None for v in vals):
+                runs = bufs[r].pieces(b, e)
+                if any(v is None for _, _, v in runs):
                     _fail(f"{where} step {s}: rank {r} sends [{b}, {e}) to rank {peer} "
                           f"before it holds all of it")
-                outbox.setdefault((r, peer), []).append(vals)
+                outbox.setdefault((r, peer), []).append([(t - x, v) for x, t, v in runs])
         for r, sched in enumerate(scheds):
             if s >= len(sched["steps"]):
                 continue
             step = sched["steps"][s]
+            at = f"{where} step {s} rank {r}"
             for kind, peer, b, e in step["transfers"]:
                 if kind == "send" or b == e:
                     continue
-                vals = outbox[(peer, r)].pop(0)
-                at = f"{where} step {s} rank {r}"
-                for k, v in enumerate(vals):
-                    pos = b + k
-                    if kind == "recv_copy":
-                        bufs[r][pos] = v
-                        continue
-                    u = bufs[r][pos]
-                    if u is None:
-                        _fail(f"{at}: reduces into element {pos}, which holds nothing")
-                    if u[0] != v[0]:
-                        _fail(f"{at}: reduces position {v[0]} from rank {peer} into "
-                              f"position {u[0]}")
-                    if u[1] & v[1]:
-                        twice = [q for q in range(p) if (u[1] & v[1]) >> q & 1]
-                        _fail(f"{at}: element {pos} from rank {peer} counts ranks "
-                              f"{twice} twice")
-                    if u[2] or v[2]:
-                        _fail(f"{at}: element {pos} was finished before its reduction "
-                              f"was complete")
-                    bufs[r][pos] = (u[0], u[1] | v[1], 0, (u[3], v[3]))
+                payload = outbox[(peer, r)].pop(0)
+                if kind == "recv_copy":
+                    bufs[r].replace(b, e, payload)
+                else:
+                    _reduce_into(bufs[r], b, e, payload, peer, p, folds, at)
             for b, e in step["reduced"]:
-                for pos in range(b, e):
-                    v = bufs[r][pos]
-                    if v is None or v[1] != full:
-                        _fail(f"{where} step {s} rank {r}: marks element {pos} reduced, "
-                              f"but it holds {_who(v, p)}")
-                    if v[2]:
-                        _fail(f"{where} step {s} rank {r}: marks element {pos} reduced "
-                              f"a second time")
-                    bufs[r][pos] = (v[0], v[1], 1, v[3])
+                if b == e:
+                    continue
+                bad = bufs[r].first(b, e, lambda v: v is None or v[2] != full or v[3])
+                if bad is not None:
+                    pos, v = bad
+                    if v is not None and v[2] == full:
+                        _fail(f"{at}: marks element {pos} reduced a second time")
+                    _fail(f"{at}: marks element {pos} reduced, but it holds {_who(v, p)}")
+                bufs[r].replace(b, e, [(t - x, (v[0], v[1], v[2], 1, v[4]))
+                                       for x, t, v in bufs[r].pieces(b, e)])
     return bufs
 
 
-def _value(v):
-    """An element without its fold: (position, contributors, finishes)."""
-    return None if v is None else v[:3]
-
-
-def _check_folds(bufs, scheds, p, n, where):
+def _check_folds(bufs, p, n, where, folds):
     """All-reduce: every rank applied the op to the same operands in the same
     order, so the ranks end with the same bits (floating-point sums are not
     associative, and a rank folding in its own order drifts from its peers)."""
-    for pos in range(n):
-        first = bufs[0][pos][3]
-        for r in range(1, p):
-            if bufs[r][pos][3] != first:
-                _fail(f"{where}: element {pos} is folded as {_fold(bufs[r][pos][3])} on "
-                      f"rank {r} but as {_fold(first)} on rank 0: the ranks would end "
-                      f"with different bits")
-
-
-def _fold(f):
-    return str(f) if isinstance(f, int) else f"({_fold(f[0])} + {_fold(f[1])})"
+    for r in range(1, p):
+        cuts = bufs[0].starts + bufs[r].starts
+        bufs[0].cut_all(cuts, 0, n)
+        bufs[r].cut_all(cuts, 0, n)
+        for (pos, _, mine), (_, _, first) in zip(bufs[r].pieces(0, n), bufs[0].pieces(0, n)):
+            if mine[4] != first[4]:
+                _fail(f"{where}: element {pos} is folded as {folds.show(mine[4])} on "
+                      f"rank {r} but as {folds.show(first[4])} on rank 0: the ranks would "
+                      f"end with different bits")
 
 
 def _who(v, p):
     if v is None:
         return "nothing"
-    return f"ranks {[q for q in range(p) if v[1] >> q & 1]}"
+    return f"ranks {[q for q in range(p) if v[2] >> q & 1]}"
+
+
+def _shown(v, p):
+    if v is None:
+        return "nothing"
+    return f"position {_position(v)}, {_who(v, p)}, finished {v[3]} times"
 
 
 def _check_result(bufs, scheds, collective, p, n, root, where, counts=None):
     full = (1 << p) - 1
-    owner = [0] * n
-    for i in range(p):
-        b, e = block_range(n, p, i)
-        owner[b:e] = [i] * (e - b)
+    bounds = [block_range(n, p, i)[0] for i in range(p)]
     for r, buf in enumerate(bufs):
         rb, re = scheds[r]["result"]
-        at = f"{where} rank {r}"
+        steps = len(scheds[r]["steps"])
+        at = f"{where} rank {r} at the end" + (f" (after step {steps - 1})" if steps else "")
         if collective == "all_to_all":
             so, ro = _alltoall_offsets(counts, r)
             if (rb, re) != (ro[0], ro[p]):
                 _fail(f"{at}: result [{rb}, {re}) is not the receive blocks "
                       f"[{ro[0]}, {ro[p]})")
             for q in range(p):
-                for i in range(counts[q][r]):
-                    pos, want = ro[q] + i, (("a", q, r, i), 1 << q, 0)
-                    if _value(buf[pos]) != want:
-                        _fail(f"{at}: element {pos} ends with {buf[pos]}; expected element "
-                              f"{i} of rank {q}'s block for rank {r}")
+                want = ((q, r), 0, 1 << q, 0)
+                for pos, _, v in buf.pieces(ro[q], ro[q + 1]):
+                    if v is None or v[:4] != (want[0], pos - ro[q], want[2], 0):
+                        got = "nothing" if v is None else (
+                            f"element {v[1]} of rank {v[0][0]}'s block for rank {v[0][1]} "
+                            f"({_who(v, p)}, finished {v[3]} times)")
+                        _fail(f"{at}: element {pos} ends with {got}; expected element "
+                              f"{pos - ro[q]} of rank {q}'s block for rank {r}")
             continue
         if collective in ("reduce_scatter", "scatter"):
             if (rb, re) != block_range(n, p, r):
@@ -287,24 +430,23 @@ def _check_result(bufs, scheds, collective, p, n, root, where, counts=None):
             continue
         elif (rb, re) != (0, n):
             _fail(f"{at}: result [{rb}, {re}) is not the whole buffer [0, {n})")
-        for pos in range(rb, re):
-            v = buf[pos]
+        buf.cut_all(bounds, rb, re)  # each run in one block: one owner
+        for pos, _, v in buf.pieces(rb, re):
             if collective in REDUCING:
-                want = (pos, full, 1)
+                want = (None, pos, full, 1)
             elif collective in ("all_gather", "gather"):
-                want = (pos, 1 << owner[pos], 0)
+                want = (None, pos, 1 << (bisect.bisect_right(bounds, pos) - 1), 0)
             else:
-                want = (pos, 1 << root, 0)
-            if _value(v) != want:
-                got = "nothing" if v is None else (
-                    f"position {v[0]}, {_who(v, p)}, finished {v[2]} times")
-                _fail(f"{at}: element {pos} ends with {got}; expected position "
-                      f"{want[0]}, {_who(want, p)}, finished {want[2]} times")
+                want = (None, pos, 1 << root, 0)
+            if v is None or v[:4] != want:
+                _fail(f"{at}: element {pos} ends with {_shown(v, p)}; expected "
+                      f"{_shown(want + (0,), p)}")
 
 
-def check(algo, collective, p, n, root=0, order=None, counts=None):
+def check(algo, collective, p, n, root=0, order=None, counts=None, hosts=None):
     """Raises ScheduleError naming the first violation; returns the step count.
-    counts: all-to-all's p x p matrix (alltoall_counts(p, n) when None)."""
+    counts: all-to-all's p x p matrix (alltoall_counts(p, n) when None); hosts: each
+    rank's host (None: one host)."""
     collective = torch_name(collective)
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r} (known: {COLLECTIVES})")
@@ -314,8 +456,10 @@ def check(algo, collective, p, n, root=0, order=None, counts=None):
         f" root={root}" if collective in ("broadcast", "reduce", "gather", "scatter") else "")
     if order:
         where += f" order={list(order)}"
-    return check_schedules(schedules(algo, collective, p, n, root, order, counts), collective,
-                           p, n, root, where, counts)
+    if hosts:
+        where += f" hosts={list(hosts)}"
+    return check_schedules(schedules(algo, collective, p, n, root, order, counts, hosts),
+                           collective, p, n, root, where, counts)
 
 
 def check_schedules(scheds, collective, p, n, root=0, where="schedule", counts=None):
@@ -328,14 +472,17 @@ def check_schedules(scheds, collective, p, n, root=0, where="schedule", counts=N
         counts = counts or alltoall_counts(p, n)
     bufs = []
     for r, sched in enumerate(scheds):
-        buf = _initial(collective, p, n, r, root, counts)
+        runs = _initial(collective, p, n, r, root, counts)
+        size = sum(length for length, _ in runs)
         scratch = sched.get("scratch", 0)
-        bufs.append(buf + buf[:scratch] + [None] * (scratch - len(buf)))
-    nsteps = _check_structure(scheds, p, [len(b) for b in bufs], where)
-    bufs = _simulate(scheds, p, bufs, nsteps, where)
+        bufs.append(_Buf(size + scratch, _with_scratch(runs, size, scratch)))
+    nsteps = _check_structure(scheds, p, [b.size for b in bufs], where,
+                              [b.size - s.get("scratch", 0) for b, s in zip(bufs, scheds)])
+    folds = _Folds(p)
+    bufs = _simulate(scheds, p, bufs, nsteps, where, folds)
     _check_result(bufs, scheds, collective, p, n, root, where, counts)
     if collective == "all_reduce":
-        _check_folds(bufs, scheds, p, n, where)
+        _check_folds(bufs, p, n, where, folds)
     return nsteps
 
 
@@ -346,10 +493,30 @@ def _counts(p):
     return sorted({0, 1, p - 1, p, p + 1, 2 * p + 3, 3 * p + 1})
 
 
+def host_layouts(p):
+    """Host layouts (Params.hosts) to prove a host-aware algorithm on, besides one
+    host: two hosts (the second smaller when p is odd) and hosts of 4 ranks (the last
+    smaller); up to p = 16 also hosts of 3 and one host per rank."""
+    out = [[r // per for r in range(p)] for per in sorted({(p + 1) // 2, 4}) if per < p]
+    if p <= 16:
+        out += [[r // per for r in range(p)] for per in (3, 1) if per < p]
+    return out
+
+
+def uses_hosts(algo, collective) -> bool:
+    """Whether algo's schedules of collective change with the host layout."""
+    p, n = 4, 4 * 5  # p blocks: every collective takes it
+    counts = alltoall_counts(p, n) if torch_name(collective) == "all_to_all" else None
+    return (schedules(algo, collective, p, n, counts=counts) !=
+            schedules(algo, collective, p, n, counts=counts, hosts=[0, 0, 1, 1]))
+
+
 def check_all(algo, max_p=64, log=None) -> int:
     """Proves every collective `algo` provides for p = 1..max_p, counts 0..3p+1
-    (sampled above p = 16), every root up to p = 16 (then 4 of them), and returns
-    how many schedules were checked. Raises ScheduleError on the first violation."""
+    (sampled above p = 16), every root up to p = 16 (then 4 of them), and, where its
+    schedules depend on where ranks live (twolevel), the host_layouts(p) too (counts
+    sampled above p = 8); returns how many schedules were checked. Raises
+    ScheduleError on the first violation."""
     provided = {c.replace("_", "") for c in COLLECTIVES} & set(_C.provides(algo))
     done = 0
     for p in range(1, max_p + 1):
@@ -357,16 +524,33 @@ def check_all(algo, max_p=64, log=None) -> int:
         for c in COLLECTIVES:
             if c.replace("_", "") not in provided:
                 continue
+            layouts = [None]
+            if p > 1 and uses_hosts(algo, c):
+                layouts += host_layouts(p)
             for n in _counts(p):
                 blocks = c in ("reduce_scatter", "all_gather", "gather", "scatter")
                 if blocks and n % p:
                     continue
-                for root in roots if c in ("broadcast", "reduce", "gather", "scatter") else [0]:
-                    check(algo, c, p, n, root=root)
-                    done += 1
+                for hosts in layouts:
+                    if hosts and p > 8 and n not in (1, p + 1, 3 * p + 1):
+                        continue
+                    for root in roots if c in ("broadcast", "reduce", "gather", "scatter") \
+                            else [0]:
+                        check(algo, c, p, n, root=root, hosts=hosts)
+                        done += 1
         if log and (p <= 4 or p % 16 == 0):
             log(f"{algo}: p = 1..{p} proved ({done} schedules)")
     return done
+
+
+def _load_modules():
+    """Algorithms written in Python that RINGCOLL_ALGO_MODULES names
+    (ringcoll.schedules), as the backend's creator imports them."""
+    import os
+
+    from .schedules import load_modules
+
+    load_modules(os.environ.get("RINGCOLL_ALGO_MODULES"))
 
 
 def main(argv=None) -> int:
@@ -377,10 +561,15 @@ def main(argv=None) -> int:
     ap.add_argument("algos", nargs="*", help="algorithms (default: every registered one)")
     ap.add_argument("--max-p", type=int, default=64, help="largest world size (default 64)")
     a = ap.parse_args(argv)
+    try:
+        _load_modules()
+    except ImportError as e:
+        print(f"python -m ringcoll.check: {e}", file=sys.stderr)
+        return 2
     for algo in a.algos or list(_C.algorithms()):
         try:
             n = check_all(algo, a.max_p, log=print)
-        except ScheduleError as e:
+        except (ScheduleError, ValueError, RuntimeError) as e:  # RuntimeError: AlgorithmError
             print(f"FAILED: {e}", file=sys.stderr)
             return 1
         names = ", ".join(torch_name(c) for c in _C.provides(algo))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 @dataclass
 class Options:
     algo: str | None = None  # RINGCOLL_ALGO: "rhd", "allreduce=twoshot:0-64K,ring;..."
+    algo_modules: str | None = None  # RINGCOLL_ALGO_MODULES: "my_algos,path/to/more.py"
     gpu_algo: str | None = None  # RINGCOLL_GPU_ALGO: the same for CUDA tensors
     transport: str | None = None  # RINGCOLL_TRANSPORT: auto | shm | gloo | stream
     chunk_bytes: int | None = None  # RINGCOLL_CHUNK_BYTES (>= 64)
@@ -36,6 +37,8 @@ class Options:
         out = {}
         if self.algo is not None:
             out["RINGCOLL_ALGO"] = str(self.algo)
+        if self.algo_modules is not None:
+            out["RINGCOLL_ALGO_MODULES"] = str(self.algo_modules)
         if self.gpu_algo is not None:
             out["RINGCOLL_GPU_ALGO"] = str(self.gpu_algo)
         if self.transport is not None:

@@ -31,12 +31,11 @@ two agree (tests/test_model.py), while here each transfer pays its own link. The
 model and the simulator share that arithmetic (ringcoll.model.payments and
 critical_path); tests/test_model.py checks it against a plain walk of the rules.
 
-Before predicting, the schedule is proved by ringcoll.check's generic checker.
-The checker walks every element symbolically and costs about p * n * steps, so
-for large buffers it checks 3p + 1 elements instead (uneven blocks, every block
-non-empty), and for large worlds a smaller world (the largest world size <=
-CHECK_MAX_P with the same shape: a power of two for a power of two, else a
-non-power of two of the same parity), and says so in Result.checked.
+Before predicting, the schedule is proved by ringcoll.check's generic checker at
+the call's n (its cost grows with the schedule's transfers, not with n). For large
+worlds it proves a smaller world instead (the largest world size <= CHECK_MAX_P
+with the same shape: a power of two for a power of two, else a non-power of two of
+the same parity) and says so in Result.checked.
 """
 
 from __future__ import annotations
@@ -52,7 +51,6 @@ from .model import (DTYPE_BYTES, Transfers, critical_path, elements, payments, s
                     transfers, transfers_of)
 
 CHECK_MAX_P = 64
-CHECK_MAX_N = 4096
 
 
 @dataclass(frozen=True)
@@ -98,22 +96,26 @@ class Result:
     checked: str        # what the checker proved
 
 
-def _check(algo, collective, p, n) -> str:
-    """Runs the checker on (p, n), or on a sample; returns what it proved."""
-    if p <= CHECK_MAX_P and n <= CHECK_MAX_N:
-        checker.check(algo, collective, p, n)
-        return f"p={p} n={n}"
+def _hosts(p, per_host) -> tuple:
+    """Params.hosts of p ranks, per_host to a host (the last host may be smaller);
+    empty on one host."""
+    return tuple(r // per_host for r in range(p)) if p > per_host else ()
+
+
+def _check(algo, collective, p, n, per_host) -> str:
+    """Runs the checker on (p, n) and this topology's hosts, or on a smaller world
+    with hosts of the same size; returns what it proved."""
     if p <= CHECK_MAX_P:
-        m = 3 * p + 1
-        checker.check(algo, collective, p, m)
-        return f"p={p} n={m} (sampled: the symbolic checker is too slow at n={n})"
+        checker.check(algo, collective, p, n, hosts=_hosts(p, per_host))
+        return f"p={p} n={n}"
     q = CHECK_MAX_P
     pow2 = p & (p - 1) == 0
     while q > 2 and ((q & (q - 1) == 0) != pow2 or q % 2 != p % 2):
         q -= 1
-    m = min(n, 3 * q + 1)
-    checker.check(algo, collective, q, m)
-    return f"p={q} n={m} (sampled: the symbolic checker is too slow at p={p})"
+    m = max(q, n // q * q) if collective in ("reduce_scatter", "all_gather") else n
+    checker.check(algo, collective, q, m, hosts=_hosts(q, per_host))
+    return (f"p={q} n={m}, {per_host} ranks a host (sampled: the checker walks every rank, "
+            f"too slow at p={p})")
 
 
 def simulate(algo, collective, topo: Topology, nbytes: int, dtype="float32",
@@ -121,8 +123,9 @@ def simulate(algo, collective, topo: Topology, nbytes: int, dtype="float32",
     """Checks the schedule (unless verify=False) and predicts one call's time."""
     p = topo.p
     n = elements(collective, nbytes, p, DTYPE_BYTES[dtype])
-    checked = _check(algo, collective, p, n) if verify else "not checked"
-    return _simulate(transfers(algo, collective, p, n), collective, topo, n, dtype, checked)
+    checked = _check(algo, collective, p, n, topo.per_host) if verify else "not checked"
+    return _simulate(transfers(algo, collective, p, n, _hosts(p, topo.per_host)), collective,
+                     topo, n, dtype, checked)
 
 
 def simulate_schedules(scheds, collective, topo: Topology, n: int, dtype="float32",
@@ -197,6 +200,11 @@ def main(argv=None) -> int:
     ap.add_argument("--per-host", type=int, default=8)
     ap.add_argument("--size", type=parse_size, default=1 << 20)
     a = ap.parse_args(argv)
+    try:
+        checker._load_modules()
+    except ImportError as e:
+        print(f"python -m ringcoll.sim: {e}", file=sys.stderr)
+        return 2
     if a.algo is None:
         print(f"# predicted all-reduce time (us), float32; intra-host alpha {INTRA.alpha:g} s "
               f"beta {INTRA.beta:g} s/B, inter-host alpha {INTER.alpha:g} s beta "

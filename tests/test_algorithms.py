@@ -36,8 +36,10 @@ from tests.cases import OPS, same
 from tests.conftest import TRANSPORTS
 
 # ring's reduce is new (reduce-scatter then a gather to the root); its other
-# collectives are covered by test_collectives.py.
-COLLECTIVES = {a: (["reduce"] if a == "ring" else _C.provides(a)) for a in ringcoll.algorithms()}
+# collectives are covered by test_collectives.py. The built-in algorithms: those
+# written in Python have grids of their own (tests/test_python_algorithms.py).
+COLLECTIVES = {a: (["reduce"] if a == "ring" else _C.provides(a))
+               for a in ringcoll.algorithms() if _C.is_builtin(a)}
 KINDS = [torch.float32, torch.float16, torch.int32, torch.bool]
 FEW = [(torch.float32, "SUM"), (torch.float32, "AVG"), (torch.int32, "MAX"),
        (torch.float16, "PREMUL_SUM"), (torch.bool, "BXOR")]
@@ -167,10 +169,12 @@ def _exchanging(failures, rank, p, algo, colls, group, dtypes, counts, roots, la
                        torch.cat([_block(s, rank, n, dtype) for s in range(p)]))
 
 
-def algorithms_matrix(rank, p):
+def algorithms_matrix(rank, p, algos=None):
+    """Every algorithm of `algos` ({name: collectives it provides}; default: the
+    built-in ones) on this world's ranks; the failures."""
     failures = []
     shm = os.environ.get("RINGCOLL_TRANSPORT") == "shm"
-    for algo, colls in COLLECTIVES.items():
+    for algo, colls in (algos or COLLECTIVES).items():
         if p > 4 and algo in SAMPLED and not shm:
             continue
         for label, chunk in (("default", None), ("tiny-segments", 64))[:2 if p <= 4 else 1]:

@@ -145,7 +145,7 @@ def test_stray_variable_is_ignored_with_one_warning(monkeypatch, capfd):
     with pytest.raises(RuntimeError, match=f"unknown ringcoll knob {name}: did you mean"):
         _C.knobs({name: "x"})
     monkeypatch.delenv(name)
-    for own in ("RINGCOLL_CI_CACHE", "RINGCOLL_CUDA", "RINGCOLL_MODEL"):
+    for own in ("RINGCOLL_CI_CACHE", "RINGCOLL_CUDA", "RINGCOLL_MODEL", "RINGCOLL_ALGO_MODULES"):
         monkeypatch.setenv(own, "/tmp/x" if own != "RINGCOLL_CUDA" else "0")
     assert _C.knobs({}).startswith("RINGCOLL_ALGO=ring")
     assert "RINGCOLL_" not in capfd.readouterr().err

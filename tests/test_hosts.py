@@ -266,7 +266,7 @@ def _story(hosts: TwoHosts, out: Path, codes=None) -> str:
 
 
 DEBUG_LINE = re.compile(r"\[ringcoll rank (\d+)/4\] RINGCOLL_ALGO=(\S*) .*RINGCOLL_TRACE=(\S*) "
-                        r"transport=(\S+) links=(\S+)")
+                        r"transport=(\S+) links=(\S+) hosts=(\S+)")
 
 
 @needs_namespaces
@@ -315,11 +315,14 @@ def test_two_hosts_torchrun_every_collective_and_algorithm(two_hosts):
     lines = DEBUG_LINE.findall(logs)
     world = [ln for ln in lines if ln[2] == ""]
     assert len(world) == 4 * (1 + len(res[0]["algorithms"])), story  # WORLD, one per algo
-    for rank, algo, _, transport, links in world:
+    for rank, algo, _, transport, links, hosts in world:
         want = ",".join(x or "-" for x in want_links(int(rank), host_of))
         assert (transport, links) == ("shm+gloo", want), (rank, algo, transport, links)
-    for algo in res[0]["algorithms"]:
-        op = "all_reduce" if algo != "direct" else "all_to_all_single"
+        assert hosts == "0,0,1,1", (rank, algo, hosts)  # the layout twolevel reads
+    for algo, a in res[0]["algorithms"].items():
+        op = next(op for c, op in (("allreduce", "all_reduce"),
+                                   ("allgather", "all_gather_into_tensor"),
+                                   ("alltoall", "all_to_all_single")) if c in a["provides"])
         assert re.search(rf"\] {op} \d+ B: {algo} \(RINGCOLL_ALGO={algo}\)", logs), algo
 
     # The ring runs host by host: in a group whose ranks alternate between the hosts
@@ -336,7 +339,7 @@ def test_two_hosts_torchrun_every_collective_and_algorithm(two_hosts):
         assert x["recvs_from"] == [order[(at - 1) % 4]], story
     inter_lines = [ln for ln in lines if ln[2] != ""]
     assert sorted(int(ln[0]) for ln in inter_lines) == [0, 1, 2, 3], story
-    for rank, _, _, transport, links in inter_lines:
+    for rank, _, _, transport, links, _ in inter_lines:
         want = ",".join(x or "-" for x in want_links(int(rank), g_host))
         assert (transport, links) == ("shm+gloo", want), (rank, transport, links)
 

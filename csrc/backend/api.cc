@@ -64,9 +64,10 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
   const DType dtype = checks::tensorDType(op, t, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   // No algorithm: a small collective (engine/small.h).
-  const algo::Algorithm* a = small(op, algo::SmallKind::kAllreduce, t, bytesOf(t), &red)
-                                 ? nullptr
-                                 : algorithm(op, algo::Collective::kAllreduce, bytesOf(t), t);
+  const algo::Prepared a =
+      small(op, algo::SmallKind::kAllreduce, t, bytesOf(t), &red)
+          ? nullptr
+          : algorithm(op, algo::Collective::kAllreduce, bytesOf(t), t, params(t.numel()));
   return launch(c10d::OpType::ALLREDUCE, op,
                 callPrint(algo::Method::kAllreduce, dtype, t.numel(), &red),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
@@ -102,7 +103,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   int64_t count = 0;
   for (const auto& t : ts) count += t.numel();
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllreduce, bytes, ts[0]);
+  const algo::Prepared a =
+      algorithm(op, algo::Collective::kAllreduce, bytes, ts[0], params(count));
   return launch(c10d::OpType::ALLREDUCE_COALESCED, op,
                 callPrint(algo::Method::kAllreduceCoalesced, dtype, count,
                           &red),
@@ -137,7 +139,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce(std::vector<at::Tensor>& 
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   const int root = static_cast<int>(opts.rootRank);
   const bool isRoot = root == getRank();
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kReduce, bytesOf(t), t);
+  const algo::Prepared a =
+      algorithm(op, algo::Collective::kReduce, bytesOf(t), t, params(t.numel(), root));
   // The schedule clobbers non-roots' buffers: they work on a copy so that their
   // input is left as it was.
   return launch(c10d::OpType::REDUCE, op,
@@ -162,9 +165,11 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
   const DType dtype = checks::tensorDType(op, t, "input");
   checks::rootInRange(op, opts.rootRank, getSize());
   const int root = static_cast<int>(opts.rootRank);
-  const algo::Algorithm* a = small(op, algo::SmallKind::kBroadcast, t, bytesOf(t), nullptr)
-                                 ? nullptr  // small (engine/small.h)
-                                 : algorithm(op, algo::Collective::kBroadcast, bytesOf(t), t);
+  const algo::Prepared a =
+      small(op, algo::SmallKind::kBroadcast, t, bytesOf(t), nullptr)
+          ? nullptr  // small (engine/small.h)
+          : algorithm(op, algo::Collective::kBroadcast, bytesOf(t), t,
+                      params(t.numel() * elementSize(dtype), root));
   return launch(c10d::OpType::BROADCAST, op,
                 callPrint(algo::Method::kBroadcast, dtype, t.numel(), nullptr, root),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
@@ -192,10 +197,10 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_allgather_base(
   at::Tensor in = checks::realView(op, input);
   checks::basePair(op, out, "output", in, "input", getSize());
   const DType dtype = checks::tensorDType(op, in, "input");
-  const algo::Algorithm* a =
+  const algo::Prepared a =
       small(op, algo::SmallKind::kAllgather, out, bytesOf(out), nullptr)
           ? nullptr  // small (engine/small.h)
-          : algorithm(op, algo::Collective::kAllgather, bytesOf(out), out);
+          : algorithm(op, algo::Collective::kAllgather, bytesOf(out), out, params(out.numel()));
   return launch(c10d::OpType::_ALLGATHER_BASE, op,
                 callPrint(algo::Method::kAllgatherIntoTensor, dtype, in.numel()), {in}, {out},
                 bytesOf(out), opTimeout(opts.timeout),
@@ -236,9 +241,10 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
   std::vector<at::Tensor> outs =
       checks::perRankList(op, outLists, "output", getSize(), in, "the input");
   const bool isSmall = small(op, algo::SmallKind::kAllgather, in, bytesOf(in) * outs.size(), nullptr);
-  const algo::Algorithm* a =
+  const algo::Prepared a =
       isSmall ? nullptr
-              : algorithm(op, algo::Collective::kAllgather, bytesOf(in) * outs.size(), in);
+              : algorithm(op, algo::Collective::kAllgather, bytesOf(in) * outs.size(), in,
+                          params(in.numel() * static_cast<int64_t>(outs.size())));
   return launch(c10d::OpType::ALLGATHER, op, callPrint(algo::Method::kAllgather, dtype, in.numel()),
                 {in}, outs, bytesOf(in) * outs.size(), opTimeout(opts.timeout),
                 [this, a, outs, in, dtype](algo::Executor&) {
@@ -273,10 +279,10 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
   checks::basePair(op, in, "input", out, "output", getSize());
   const DType dtype = checks::tensorDType(op, in, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
-  const algo::Algorithm* a =
+  const algo::Prepared a =
       small(op, algo::SmallKind::kReduceScatter, in, bytesOf(in), &red)
           ? nullptr  // small (engine/small.h)
-          : algorithm(op, algo::Collective::kReduceScatter, bytesOf(in), in);
+          : algorithm(op, algo::Collective::kReduceScatter, bytesOf(in), in, params(in.numel()));
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op,
                 callPrint(algo::Method::kReduceScatterTensor, dtype, out.numel(),
                           &red),
@@ -327,9 +333,10 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   const bool isSmall =
       small(op, algo::SmallKind::kReduceScatter, out, bytesOf(out) * ins.size(), &red);
-  const algo::Algorithm* a =
+  const algo::Prepared a =
       isSmall ? nullptr
-              : algorithm(op, algo::Collective::kReduceScatter, bytesOf(out) * ins.size(), out);
+              : algorithm(op, algo::Collective::kReduceScatter, bytesOf(out) * ins.size(), out,
+                          params(out.numel() * static_cast<int64_t>(ins.size())));
   return launch(c10d::OpType::REDUCE_SCATTER, op,
                 callPrint(algo::Method::kReduceScatter, dtype, out.numel(),
                           &red),
@@ -352,8 +359,9 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::barrier(const c10d::BarrierOptions& opts) {
   const char* op = "barrier";
-  const algo::Algorithm* a =
-      algorithm(op, algo::Collective::kBarrier, static_cast<size_t>(getSize()), at::Tensor());
+  const algo::Prepared a = algorithm(op, algo::Collective::kBarrier,
+                                     static_cast<size_t>(getSize()), at::Tensor(),
+                                     algo::barrierParams(params(0)));
   algo::Fingerprint fp;
   fp.method = algo::Method::kBarrier;
   return launch(c10d::OpType::BARRIER, op, fp, {}, {}, static_cast<size_t>(getSize()),

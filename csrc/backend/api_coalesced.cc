@@ -100,7 +100,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgatherPacked(
   const DType dtype0 = checks::tensorDType(op, ins[0], "input 0");
   algo::Fingerprint fp = callPrint(method, dtype0, totalNumel(ins));
   fp.layout = layout;
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kAllgather, bytes, ins[0]);
+  const algo::Prepared a =
+      algorithm(op, algo::Collective::kAllgather, bytes, ins[0], params(bytes));
   return launch(
       type, op, fp, ins, outs, bytes, timeout,
       [this, a, ins, packing, p, unpack = std::move(unpack)](algo::Executor&) {
@@ -214,7 +215,8 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter_tensor_coalesced(
                                    packing.block, &red);
   fp.layout = layout;
   const size_t bytes = static_cast<size_t>(inputs[0].element_size() * packing.block * p);
-  const algo::Algorithm* a = algorithm(op, algo::Collective::kReduceScatter, bytes, inputs[0]);
+  const algo::Prepared a = algorithm(op, algo::Collective::kReduceScatter, bytes, inputs[0],
+                                     params(static_cast<size_t>(packing.block) * p));
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   return launch(
       RINGCOLL_OP_REDUCE_SCATTER_TENSOR_COALESCED, op, fp, ins, outs, bytes,

@@ -108,6 +108,19 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
     TORCH_CHECK(false, "ringcoll: ", e.what());
   }
   ringOrder_ = topo.order;
+  // Hosts numbered in ring order (schedules/schedule.h), left empty on one host.
+  std::vector<std::string> seen;
+  for (int r : ringOrder_) {
+    if (std::find(seen.begin(), seen.end(), topo.hostOf[r]) == seen.end()) {
+      seen.push_back(topo.hostOf[r]);
+    }
+  }
+  if (seen.size() > 1) {
+    for (int r = 0; r < size; ++r) {
+      ringHosts_.push_back(static_cast<int>(
+          std::find(seen.begin(), seen.end(), topo.hostOf[r]) - seen.begin()));
+    }
+  }
   if (size > 1) {
     const auto me = std::find(ringOrder_.begin(), ringOrder_.end(), rank) - ringOrder_.begin();
     ringNeighbours_ = {ringOrder_[(me + size - 1) % size], ringOrder_[(me + 1) % size]};
@@ -181,11 +194,14 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   pairSeq_[1].assign(static_cast<size_t>(size), 0);
   worker_ = std::make_unique<Worker>();
   if (knobs_.debug) {
-    std::string links;
+    std::string links, hosts;
     for (const auto& l : this->links()) links += (links.empty() ? "" : ",") + (l.empty() ? "-" : l);
-    std::fprintf(stderr, "[ringcoll rank %d/%d] %s transport=%s links=%s timeout=%lld ms\n",
+    for (int h : ringHosts_) hosts += (hosts.empty() ? "" : ",") + std::to_string(h);
+    std::fprintf(stderr,
+                 "[ringcoll rank %d/%d] %s transport=%s links=%s hosts=%s timeout=%lld ms\n",
                  rank, size, knobs_.describe().c_str(), transport_->name().c_str(),
-                 links.c_str(), static_cast<long long>(timeout_.count()));
+                 links.c_str(), hosts.empty() ? "one" : hosts.c_str(),
+                 static_cast<long long>(timeout_.count()));
   }
 }
 
@@ -328,11 +344,13 @@ algo::Params RingcollBackend::params(size_t n, int root) const {
   prm.n = n;
   prm.root = root;
   prm.order = ringOrder_;
+  prm.hosts = ringHosts_;
   return prm;
 }
 
-const algo::Algorithm* RingcollBackend::algorithm(const char* op, algo::Collective c,
-                                                  size_t bytes, const at::Tensor& like) const {
+algo::Prepared RingcollBackend::algorithm(const char* op, algo::Collective c, size_t bytes,
+                                          const at::Tensor& like,
+                                          const algo::Params& prm) const {
   algo::Choice choice;
   try {
     // The emulation of the stream path stands for CUDA in CI: it runs CUDA's choice.
@@ -343,7 +361,13 @@ const algo::Algorithm* RingcollBackend::algorithm(const char* op, algo::Collecti
     TORCH_CHECK(false, "ringcoll::", op, ": ", e.what());
   }
   if (knobs_.debug) logChoice(op, bytes, choice.algorithm->name.c_str(), choice.why.c_str());
-  return choice.algorithm;
+  const algo::Algorithm& a = *choice.algorithm;
+  if (!a.prepare) return algo::Prepared(algo::Prepared(), &a);  // not owned: no count kept
+  try {
+    return a.prepare(c, prm);
+  } catch (const std::exception& e) {
+    return algo::refused(a, c, e.what());
+  }
 }
 
 void RingcollBackend::logChoice(const char* op, size_t bytes, const char* algorithm,
@@ -517,7 +541,24 @@ bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
       throwIfStopped(t.label);  // queued before abort()/shutdown()
       if (knobs_.debug) t.started = Clock::now();  // for the log line only
       FlightRecorder::get().started(t.fr);
-      t.staged = t.body(*executor_);
+      try {
+        t.staged = t.body(*executor_);
+      } catch (const std::exception& e) {
+        // Nothing was sent, but the peers entered this collective and wait for this
+        // rank: the group is out of step (StreamPath::launch's rule), and they learn
+        // why through the store instead of at their timeout.
+        const std::string msg = c10::str(t.label, ": ", e.what());
+        markBroken(msg);
+        postFailureReport(store_, kFailureKey,
+                          c10::str("rank ", getRank(), " failed before sending anything: ", msg));
+        FlightRecorder::get().failed(t.fr, -1);
+        try {
+          C10_THROW_ERROR(DistBackendError, msg);
+        } catch (...) {
+          t.work->finishWithError(std::current_exception());
+        }
+        return true;
+      }
       if (t.staged->small) {
         algo::SmallJob& small = *t.staged->small;
         small.checked = knobs_.fingerprint;
@@ -529,7 +570,7 @@ bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
         if (knobs_.fingerprint) {
           job.checked = true;
           job.fingerprint = t.fp;
-          job.fingerprint.setAlgorithm(job.schedule.name);
+          job.fingerprint.setAlgorithm(job.schedule.name, job.schedule.digest);
           // Besides the job's own (a pairwise job names every rank).
           job.neighbours.insert(job.neighbours.end(), ringNeighbours_.begin(),
                                 ringNeighbours_.end());
@@ -572,14 +613,18 @@ bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
     FlightRecorder::get().failed(t.fr, e.peer());
     std::string msg = c10::str(t.label, ": ", e.what());
     const bool mismatch = dynamic_cast<const MismatchError*>(&e) != nullptr;
-    if (!mismatch && dynamic_cast<const ReportedError*>(&e) == nullptr) {
+    bool reported = dynamic_cast<const ReportedError*>(&e) != nullptr;
+    if (!mismatch && !reported) {
       // A peer that found a disagreement raised and may have exited already: its
-      // closed connection is a symptom, its report the cause.
+      // closed connection is a symptom, its report the cause (which stays in the
+      // store as it was for the ranks that have not looked yet).
       const std::string report = peerReport();
-      if (!report.empty()) msg = c10::str(t.label, ": ", report, " (then: ", e.what(), ")");
+      if (!report.empty()) {
+        msg = c10::str(t.label, ": ", report, " (then: ", e.what(), ")");
+        reported = true;
+      }
     }
     markBroken(msg);
-    const bool reported = dynamic_cast<const ReportedError*>(&e) != nullptr;
     if (mismatch || (!reported && !e.timedOut() && e.peer() >= 0)) {
       // Tell the other ranks (checkInterrupts): those that exchanged no header with
       // the disagreeing ones, and those that wait on a rank that waited on a peer

@@ -276,10 +276,18 @@ class RingcollBackend final : public c10d::Backend {
   algo::Params params(size_t n, int root = 0) const;
   // The algorithm RINGCOLL_ALGO selects for collective c over `bytes` bytes, logged
   // with the reason under RINGCOLL_DEBUG; a "ringcoll::<op>:" error if it does not
-  // provide c. Registry entries live for the whole process.
-  // `like`: a tensor of the call; CUDA tensors use RINGCOLL_GPU_ALGO's selection.
-  const algo::Algorithm* algorithm(const char* op, algo::Collective c, size_t bytes,
-                                   const at::Tensor& like) const;
+  // provide c. `like`: a tensor of the call; CUDA tensors use RINGCOLL_GPU_ALGO's
+  // selection. `prm`: the Params the call's job builds its schedule with (the
+  // body's params(...)), for an algorithm written in Python, which is prepared here,
+  // on the calling thread (schedules/registry.h: Algorithm::prepare); a built-in
+  // one is returned as the registry entry (which lives for the whole process) and
+  // `prm` is not read. A Python algorithm that raises or whose schedule the checker
+  // refuses gives an algorithm whose builder throws that error in the body: the
+  // call then fails on this rank and breaks the group, and the other ranks, which
+  // entered the collective, learn why from the group's store (launchCpu's and
+  // StreamPath::launch's rule for a body that throws).
+  algo::Prepared algorithm(const char* op, algo::Collective c, size_t bytes,
+                           const at::Tensor& like, const algo::Params& prm) const;
   // A flat working buffer of `numel` elements like `like` (dtype, device). On CPU it
   // is memory reused from one collective to the next: a fresh allocation of tens of
   // MiB costs page faults and zeroing on every call (a 32 MiB clone took 12 ms here,
@@ -323,6 +331,7 @@ class RingcollBackend final : public c10d::Backend {
   const std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Backend> p2p_;  // the gloo group the ports ride on; stop() drops it
   std::vector<int> ringOrder_;
+  std::vector<int> ringHosts_;  // Params::hosts: each rank's host; empty on one host
   std::vector<int> ringNeighbours_;  // the ranks before and after this one in ringOrder_
   int64_t frGroup_ = -1;  // this group in the flight recorder (backend/flight_recorder.h)
   // After a timeout (the flight recorder's dump, then c10d's abort hooks) and on

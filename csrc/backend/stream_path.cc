@@ -283,7 +283,8 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
       if (fingerprint_) {
         staged->job.checked = true;
         staged->job.fingerprint = fp;
-        staged->job.fingerprint.setAlgorithm(staged->job.schedule.name);
+        staged->job.fingerprint.setAlgorithm(staged->job.schedule.name,
+                                             staged->job.schedule.digest);
         // Besides the job's own (a point-to-point job names its peers).
         staged->job.neighbours.insert(staged->job.neighbours.end(), neighbours_.begin(),
                                       neighbours_.end());

@@ -26,9 +26,9 @@ const std::vector<std::string>& knownNames() {
       "RINGCOLL_BLOCKING_WAIT", "RINGCOLL_ASYNC_ERROR_HANDLING", "RINGCOLL_GPU_FINGERPRINT",
       "RINGCOLL_NCCL_BLOCKING", "RINGCOLL_STOP_LATCH_BYTES", "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER", "RINGCOLL_GPU_ALGO",
       "RINGCOLL_MAX_BATCHES_IN_FLIGHT",
-      // Read by the build (setup.py), by Python (ringcoll.model) and by CI
-      // (.ci/run), not by the backend; listed so they are not reported as unknown.
-      "RINGCOLL_CUDA", "RINGCOLL_MODEL", "RINGCOLL_CI_CACHE"};
+      // Read by the build (setup.py), by Python (ringcoll.model, the creator) and
+      // by CI (.ci/run), not by the backend; listed so they are not reported as unknown.
+      "RINGCOLL_CUDA", "RINGCOLL_MODEL", "RINGCOLL_CI_CACHE", "RINGCOLL_ALGO_MODULES"};
   return names;
 }
 
@@ -170,8 +170,8 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
                  "the trace files, or empty for no trace)");
     k.trace = value;
   } else if (name == "RINGCOLL_CUDA" || name == "RINGCOLL_MODEL" ||
-             name == "RINGCOLL_CI_CACHE") {
-    // the build's, Python's (ringcoll.model) and CI's (.ci/run)
+             name == "RINGCOLL_CI_CACHE" || name == "RINGCOLL_ALGO_MODULES") {
+    // the build's, Python's (ringcoll.model, ringcoll._backend) and CI's (.ci/run)
   } else {
     throw std::invalid_argument(unknownMessage(name, ""));
   }

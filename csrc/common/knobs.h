@@ -149,6 +149,16 @@
 //                                                python -m ringcoll.model --calibrate)
 //                                                that auto and ringcoll.model use; unset:
 //                                                the constants in ringcoll/model
+//   (Python)     RINGCOLL_ALGO_MODULES  (none)   modules that define algorithms in
+//                                                Python (ringcoll/schedules), comma-
+//                                                separated: dotted names (imported as
+//                                                import would) or paths of .py files.
+//                                                Every process group creation imports
+//                                                them first, on every rank (torchrun's
+//                                                workers included), and so do python -m
+//                                                ringcoll.check, .sim, .bench and .model,
+//                                                so RINGCOLL_ALGO may name what they
+//                                                define
 //
 // A bad value is an error naming the variable, the value and what is accepted. (The
 // RINGCOLL_ALGO value is parsed against the registry where algorithms live,

@@ -108,6 +108,12 @@ Job reduce(const Algorithm& algo, const Params& prm, void* buf, DType dtype,
 // The root's prm.n bytes of buf reach every rank.
 Job broadcast(const Algorithm& algo, const Params& prm, void* buf);
 
+// The Params barrier() builds the all-reduce schedule with: n = p (bytes).
+inline Params barrierParams(Params prm) {
+  prm.n = static_cast<size_t>(prm.size);
+  return prm;
+}
+
 // Completes on no rank before every rank has entered. scratch: p zeroed bytes of
 // host memory (the backend runs barriers on the CPU path); prm.n is ignored. A
 // schedule's own scratch (one-shot's) is zeroed host memory the job owns.
@@ -136,6 +142,16 @@ Job gather(const Algorithm& algo, const Params& prm, DType dtype, const void* mi
 // there; empty on other ranks) reach rank i at `mine`.
 Job scatter(const Algorithm& algo, const Params& prm, DType dtype, void* mine,
             const std::vector<const void*>& blocks, Reducer& reducer);
+
+// The Params alltoall() builds its schedule with: the counts, n their total.
+inline Params alltoallParams(Params prm, const std::vector<size_t>& sendCounts,
+                             const std::vector<size_t>& recvCounts) {
+  prm.n = 0;
+  for (size_t j = 0; j < sendCounts.size(); ++j) prm.n += sendCounts[j] + recvCounts[j];
+  prm.sendCounts = sendCounts;
+  prm.recvCounts = recvCounts;
+  return prm;
+}
 
 // All-to-all: this rank's sends[j] (sendCounts[j] elements) reach recvs[this rank]
 // on rank j, whose recvCounts[this rank] must equal it (the pairwise fingerprint

@@ -9,9 +9,22 @@
 
 namespace ringcoll::algo {
 
-void Fingerprint::setAlgorithm(const std::string& name) {
+namespace {
+constexpr size_t kDigestName = 11;  // characters of a name that has a digest
+}  // namespace
+
+void Fingerprint::setAlgorithm(const std::string& name, uint32_t digest) {
   std::memset(algorithm, 0, sizeof(algorithm));
-  std::memcpy(algorithm, name.data(), std::min(name.size(), sizeof(algorithm) - 1));
+  const size_t room = digest != 0 ? kDigestName : sizeof(algorithm) - 1;
+  std::memcpy(algorithm, name.data(), std::min(name.size(), room));
+  if (digest != 0) std::memcpy(algorithm + kDigestName + 1, &digest, sizeof(digest));
+}
+
+uint32_t Fingerprint::digest() const {
+  if (algorithm[kDigestName] != '\0') return 0;
+  uint32_t d = 0;
+  std::memcpy(&d, algorithm + kDigestName + 1, sizeof(d));
+  return d;
 }
 
 const char* methodName(Method m) {
@@ -88,7 +101,13 @@ std::string describe(const Fingerprint& fp, int to) {
     add(RC_STR(p2p ? "messages and tags #" : "tensor list #", hex));
   }
   const std::string algo(fp.algorithm, strnlen(fp.algorithm, sizeof(fp.algorithm)));
-  if (!algo.empty()) add(algo);
+  if (const uint32_t d = fp.digest()) {
+    char hex[9];
+    std::snprintf(hex, sizeof(hex), "%08x", d);
+    add(RC_STR(algo, " schedule #", hex));
+  } else if (!algo.empty()) {
+    add(algo);
+  }
   return RC_STR("rank ", fp.rank, " called ", methodName(fp.method), "(", args, ") #",
                 fp.seq);
 }

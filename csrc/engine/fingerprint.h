@@ -69,7 +69,7 @@ enum class Reduces : uint8_t { kNo, kOp, kAvg, kPremulSum };
 // time); transports copy headers as bytes and need no alignment.
 struct Fingerprint {
   static constexpr uint32_t kMagic = 0x50464352;  // "RCFP"
-  static constexpr uint16_t kVersion = 3;  // 3: `layout` is compared
+  static constexpr uint16_t kVersion = 4;  // 3: `layout` is compared; 4: the digest
 
   uint32_t magic = kMagic;
   uint16_t version = kVersion;
@@ -86,9 +86,16 @@ struct Fingerprint {
   uint64_t count = 0;    // elements per rank as the user passed them (see api.cc);
                          // pairwise: elements sent to the header's recipient
   uint64_t countBack = 0;   // pairwise: elements expected from the recipient
-  char algorithm[16] = {};  // the schedule's name, NUL-padded (truncated to 15)
+  // The schedule's name, NUL-padded (truncated to 15 characters). A schedule
+  // with a digest (schedules/schedule.h: a Python algorithm's) keeps 11 of them,
+  // a NUL, then the 4 bytes of its digest, which is never 0: ranks whose
+  // definitions of one name differ send different bytes here. (A name of 12 or
+  // more characters has no NUL at [11], so the two forms never read alike.)
+  char algorithm[16] = {};
 
-  void setAlgorithm(const std::string& name);
+  void setAlgorithm(const std::string& name, uint32_t digest = 0);
+  // 0 if none (above).
+  uint32_t digest() const;
 };
 static_assert(sizeof(Fingerprint) == 64, "the header is one 64-byte message");
 
@@ -121,7 +128,8 @@ Fingerprint expectedFrom(const Fingerprint& mine);
 // `mine` and `theirs` (received) are the same call: the bytes above are equal.
 bool sameCall(const Fingerprint& mine, const Fingerprint& theirs);
 
-// "rank 1 called allreduce(float32, 12 elements, SUM, ring) #7"; a pairwise
+// "rank 1 called allreduce(float32, 12 elements, SUM, ring-all-reduce) #7", with
+// " schedule #1a2b3c4d" after a digest's name; a pairwise
 // header names its recipient `to`: "... alltoall_base(float32, 3 elements to rank
 // 0, 4 from it, pairwise-a2a) #7".
 std::string describe(const Fingerprint& fp, int to = -1);

@@ -1,5 +1,9 @@
 #include "schedules/registry.h"
 
+#include <algorithm>
+#include <cctype>
+#include <deque>
+#include <mutex>
 #include <stdexcept>
 
 #include "common/errors.h"
@@ -16,11 +20,33 @@ Algorithm directAlgorithm();   // direct.cc
 Algorithm biringAlgorithm();   // biring.cc
 
 namespace {
-const std::vector<Algorithm>& registry() {
-  static const std::vector<Algorithm> algorithms = {
-      ringAlgorithm(),    rhdAlgorithm(),    treeAlgorithm(), twoshotAlgorithm(),
-      oneshotAlgorithm(), directAlgorithm(), biringAlgorithm()};
-  return algorithms;
+// The built-in algorithms first, then those registered at run time. A deque keeps
+// every entry where it is as entries are added (selections hold pointers to them),
+// and the registry is never destroyed: run-time entries hold Python functions,
+// which must not be released after the interpreter has gone at exit.
+struct Registry {
+  std::mutex mutex;
+  std::deque<Algorithm> entries;
+  size_t builtins = 0;
+};
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry;
+    for (Algorithm (*make)() : {ringAlgorithm, rhdAlgorithm, treeAlgorithm, twoshotAlgorithm,
+                                oneshotAlgorithm, directAlgorithm, biringAlgorithm}) {
+      reg->entries.push_back(make());
+    }
+    reg->builtins = reg->entries.size();
+    return reg;
+  }();
+  return *r;
+}
+
+std::string knownNames() {
+  std::string known;
+  for (const auto& n : algorithmNames()) known += (known.empty() ? "" : ", ") + n;
+  return known;
 }
 }  // namespace
 
@@ -106,25 +132,103 @@ void Algorithm::require(Collective c) const {
 }
 
 const Algorithm& findAlgorithm(const std::string& name) {
-  for (const auto& a : registry()) {
-    if (a.name == name) return a;
+  Registry& reg = registry();
+  {
+    std::lock_guard<std::mutex> lock(reg.mutex);
+    for (auto it = reg.entries.rbegin(); it != reg.entries.rend(); ++it) {
+      if (it->name == name) return *it;
+    }
   }
-  std::string known;
-  for (const auto& n : algorithmNames()) known += (known.empty() ? "" : ", ") + n;
   throw std::invalid_argument(
-      RC_STR("RINGCOLL_ALGO: unknown algorithm '", name, "' (known: ", known, ")"));
+      RC_STR("RINGCOLL_ALGO: unknown algorithm '", name, "' (known: ", knownNames(), ")"));
 }
 
 std::vector<std::string> algorithmNames() {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
   std::vector<std::string> names;
-  for (const auto& a : registry()) names.push_back(a.name);
+  for (const auto& a : reg.entries) {
+    if (std::find(names.begin(), names.end(), a.name) == names.end()) names.push_back(a.name);
+  }
   return names;
 }
 
+namespace {
+std::vector<std::string> builtinNames() {
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < reg.builtins; ++i) names.push_back(reg.entries[i].name);
+  return names;
+}
+}  // namespace
+
+bool isBuiltin(const std::string& name) {
+  const auto names = builtinNames();
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+void registerAlgorithm(Algorithm a) {
+  const bool parses = !a.name.empty() && std::all_of(a.name.begin(), a.name.end(), [](char ch) {
+    return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+  });
+  RC_CHECK_ARG(parses, "algorithm name '", a.name,
+               "' is not letters, digits, '_' and '-' (RINGCOLL_ALGO could not name it)");
+  RC_CHECK_ARG(a.name != "auto", "'auto' is RINGCOLL_ALGO's word for the cost model's "
+               "choice, not an algorithm name");
+  if (isBuiltin(a.name)) {
+    std::string builtin;
+    for (const auto& n : builtinNames()) builtin += (builtin.empty() ? "" : ", ") + n;
+    throw std::invalid_argument(RC_STR("'", a.name, "' is a built-in algorithm: give yours "
+                                       "another name (built-in: ", builtin, ")"));
+  }
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mutex);
+  reg.entries.push_back(std::move(a));
+}
+
+namespace {
+// `a`'s name with `one` as the builder of c alone.
+Prepared withBuilder(const Algorithm& a, Collective c, Builder one) {
+  auto out = std::make_shared<Algorithm>();
+  out->name = a.name;
+  switch (c) {
+    case Collective::kAllreduce: case Collective::kBarrier: out->allreduce = one; break;
+    case Collective::kReduceScatter: out->reduceScatter = one; break;
+    case Collective::kAllgather: out->allgather = one; break;
+    case Collective::kBroadcast: out->broadcast = one; break;
+    case Collective::kReduce: out->reduce = one; break;
+    case Collective::kGather: out->gather = one; break;
+    case Collective::kScatter: out->scatter = one; break;
+    case Collective::kAlltoall: out->alltoall = one; break;
+  }
+  return out;
+}
+}  // namespace
+
+Prepared pinned(const Algorithm& a, Collective c, const Params& prm, Schedule schedule) {
+  auto s = std::make_shared<const Schedule>(std::move(schedule));
+  return withBuilder(a, c, [s, prm, c](const Params& asked) {
+    RC_ASSERT(asked == prm, s->name, " ", collectiveName(c), " was prepared for rank ",
+              prm.rank, " of ", prm.size, ", n ", prm.n, ", root ", prm.root,
+              " but the job asks for rank ", asked.rank, " of ", asked.size, ", n ", asked.n,
+              ", root ", asked.root);
+    return *s;
+  });
+}
+
+Prepared refused(const Algorithm& a, Collective c, const std::string& why) {
+  return withBuilder(a, c, [why](const Params&) -> Schedule { throw std::runtime_error(why); });
+}
+
 const Algorithm& defaultAlgorithm(Collective c) {
+  // Built-in names are never defined again: look them up once (every call's
+  // selection asks).
+  static const Algorithm& ring = findAlgorithm("ring");
+  static const Algorithm& direct = findAlgorithm("direct");
   const bool exchange =
       c == Collective::kGather || c == Collective::kScatter || c == Collective::kAlltoall;
-  return findAlgorithm(exchange ? "direct" : "ring");
+  return exchange ? direct : ring;
 }
 
 }  // namespace ringcoll::algo

@@ -1,7 +1,9 @@
 // The algorithm registry: RINGCOLL_ALGO names entries of it (schedules/select.h). An
 // algorithm gives, for each collective it provides, a function from Params to this
-// rank's Schedule (schedules/schedule.h); the executor runs it. Adding an algorithm is
-// one schedule file defining its entry and one line in registry.cc.
+// rank's Schedule (schedules/schedule.h); the executor runs it. Adding a built-in
+// algorithm is one schedule file defining its entry and one line in registry.cc;
+// an algorithm written in Python (ringcoll/schedules) is added at run time
+// (registerAlgorithm), with no rebuild, and is used by the same name everywhere.
 //
 // Contracts the collectives rely on (ringcoll.check proves them):
 //   allreduce      every rank ends with the reduction of all inputs over [0, n);
@@ -36,6 +38,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -68,6 +71,12 @@ std::string collectiveNames();
 // simulator and timeline do.
 const char* torchCollectiveName(Collective c);
 
+struct Algorithm;
+// The algorithm one call runs (Algorithm::prepare): owned when prepared, else a
+// registry entry, not owned.
+using Prepared = std::shared_ptr<const Algorithm>;
+using Preparer = std::function<Prepared(Collective, const Params&)>;
+
 struct Algorithm {
   std::string name;
   std::string summary;
@@ -79,6 +88,16 @@ struct Algorithm {
   Builder gather;
   Builder scatter;
   Builder alltoall;
+  // Empty for the built-in algorithms. Set by one whose builders call out of C++
+  // (a Python one): the backend calls it on the thread that issues the collective,
+  // with the call's Params, and runs the algorithm it returns, whose builder of
+  // that collective gives the schedule prepare() built, proved and gave a digest
+  // (Schedule::digest), once per Params (later calls find it). Why on that thread:
+  // the job's builders run on the worker or the stream path's launch, where
+  // calling into Python could wait forever for a GIL held by a caller that waits
+  // for them (ringcoll.ops' blocking op, a destructor); so a prepared builder
+  // never calls out.
+  Preparer prepare;
 
   // The builder of c (barrier: the all-reduce's); empty if not provided.
   const Builder& builder(Collective c) const;
@@ -89,9 +108,28 @@ struct Algorithm {
   void require(Collective c) const;
 };
 
-// Throws std::invalid_argument naming the unknown value and the known ones.
+// Throws std::invalid_argument naming the unknown value and the known ones. The
+// latest entry of the name (registerAlgorithm); entries live as long as the process.
 const Algorithm& findAlgorithm(const std::string& name);
+// In the order of their first registration: the built-in ones first.
 std::vector<std::string> algorithmNames();
+bool isBuiltin(const std::string& name);
+
+// Adds `a` to the registry, or defines its name again if it is not a built-in
+// one (a Python module imported again, a notebook cell run twice): a selection
+// made before (a process group created before) keeps the entry it found. Throws
+// std::invalid_argument for a built-in name, `auto`, or a name RINGCOLL_ALGO
+// could not parse (letters, digits, '_' and '-' only).
+void registerAlgorithm(Algorithm a);
+
+// What Algorithm::prepare returns: `a` with the builder of c (barrier: the
+// all-reduce's) giving `schedule` for `prm`, and no other builder. A builder
+// asked for other Params is a bug (the call site prepared what the job does not
+// run): an internal error naming both.
+Prepared pinned(const Algorithm& a, Collective c, const Params& prm, Schedule schedule);
+// What Algorithm::prepare's failure gives: `a` with the builder of c throwing
+// std::runtime_error(why), so that the job fails where a job's failures are handled.
+Prepared refused(const Algorithm& a, Collective c, const std::string& why);
 
 // What runs c when RINGCOLL_ALGO does not say: ring, or direct for gather, scatter
 // and all-to-all.

@@ -107,6 +107,16 @@ struct Params {
   // All-to-all: the elements this rank sends to and receives from each rank (p
   // entries each; n is their total). Empty for the other collectives.
   std::vector<size_t> sendCounts, recvCounts;
+  // The host of each rank (p entries): ranks with the same number share memory;
+  // hosts are numbered 0, 1, ... in ring order. Empty means one host. Only
+  // algorithms that care where ranks live read it (twolevel).
+  std::vector<int> hosts;
+
+  bool operator==(const Params& o) const {
+    return rank == o.rank && size == o.size && n == o.n && root == o.root &&
+           order == o.order && sendCounts == o.sendCounts && recvCounts == o.recvCounts &&
+           hosts == o.hosts;
+  }
 };
 
 struct Schedule {
@@ -114,6 +124,11 @@ struct Schedule {
   std::vector<Step> steps;
   Range result;
   size_t scratch = 0;  // elements past n, the first n of them a copy of [0, n) (above)
+  // 0, or a hash of every rank's schedule of this call (Python algorithms: their
+  // definition may differ between processes, where a built-in's cannot). The
+  // fingerprint carries it (engine/fingerprint.h), so ranks whose definitions of
+  // one name differ disagree before any payload moves.
+  uint32_t digest = 0;
 };
 
 }  // namespace ringcoll::algo

@@ -277,10 +277,12 @@ class Transfers:
 # A few entries: a table of p = 1024 ranks runs to hundreds of MB, and callers
 # (auto, the report, the simulator's table) visit each key once or a few times in a row.
 @functools.lru_cache(maxsize=8)
-def transfers(algo: str, collective: str, p: int, n: int) -> Transfers:
+def transfers(algo: str, collective: str, p: int, n: int, hosts: tuple = ()) -> Transfers:
     """The registered schedules of `algo` for `collective` (bench name), p ranks
-    and n elements, built in the extension for every rank at once."""
-    rows, steps, scratch = _C.schedule_table(algo, SCHEDULE_NAME[collective], p, n)
+    and n elements, built in the extension for every rank at once; `hosts`: each
+    rank's host (schedule.h's Params::hosts; empty: one host)."""
+    rows, steps, scratch = _C.schedule_table(algo, SCHEDULE_NAME[collective], p, n,
+                                             hosts=list(hosts))
     rows = rows.numpy()
     rows.setflags(write=False)
     return Transfers(p, rows, max(steps, default=0), max(scratch, default=0))

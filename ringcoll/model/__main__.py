@@ -343,6 +343,9 @@ def compare(a) -> int:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
+    from ..check import _load_modules
+
+    _load_modules()  # the algorithms RINGCOLL_ALGO_MODULES defines, measured too
     return calibrate(a) if a.calibrate else compare(a)
 
 

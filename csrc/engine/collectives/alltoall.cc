@@ -27,12 +27,8 @@ Job alltoall(const Algorithm& algo, const Params& prm, DType dtype,
   RC_ASSERT(sendCounts[r] == recvCounts[r], "all-to-all sends ", sendCounts[r],
             " elements to itself but receives ", recvCounts[r]);
   Job job;
-  Params prm2 = prm;
-  size_t n = 0;
-  for (int j = 0; j < p; ++j) n += sendCounts[j] + recvCounts[j];
-  prm2.n = n;
-  prm2.sendCounts = sendCounts;
-  prm2.recvCounts = recvCounts;
+  const Params prm2 = alltoallParams(prm, sendCounts, recvCounts);
+  const size_t n = prm2.n;
   job.schedule = algo.alltoall(prm2);
   job.n = n;
   job.dtype = dtype;  // copies only: no op

@@ -8,8 +8,7 @@
 namespace ringcoll::algo {
 
 Job barrier(const Algorithm& algo, const Params& prm, void* scratch) {
-  Params bytes = prm;
-  bytes.n = static_cast<size_t>(prm.size);
+  const Params bytes = barrierParams(prm);
   Job job;
   job.schedule = algo.allreduce(bytes);
   job.buf = scratch;

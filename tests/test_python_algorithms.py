@@ -1,0 +1,584 @@
+"""Algorithms written in Python (ringcoll.schedules), used exactly like built-in ones.
+
+  * the vocabulary is schedule.h's (block and split cut as the extension does);
+    examples/pyring.py, the docs' first example, is the built-in ring step for step;
+  * registration: listed by ringcoll.algorithms(), selectable by RINGCOLL_ALGO and
+    per collective; a built-in name, `auto` or a name the selector could not parse
+    is refused;
+  * the tools take them: ringcoll.check, ringcoll.sim and the cost model give the
+    Python ring what they give the built-in one, and their command lines import
+    RINGCOLL_ALGO_MODULES;
+  * preparation (what the backend does once per call's Params): every rank's
+    schedule proved, digested alike on every rank and differently for another
+    definition; each way a schedule breaks schedule.h is refused naming the
+    algorithm, collective, rank and step; an exception in the function names it;
+  * in real processes, against exact references: pyring and pymirror (tests/
+    pyalgos.py: every collective) on shared memory, gloo and the stream emulation;
+    an exception on one rank fails every rank at once naming it, a refused schedule
+    raises on every rank before any byte moves, ranks whose definitions of a name
+    differ are caught by the fingerprint; a blocking op that holds the GIL while
+    the worker runs the schedule does not deadlock; the function runs once per
+    Params; torchrun with RINGCOLL_ALGO_MODULES, RINGCOLL_DEBUG and RINGCOLL_TRACE;
+    the benchmark with a Python algorithm beside the built-in one;
+  * swing, bruck and twolevel (ringcoll/schedules): proved for p = 1..64 (twolevel
+    on several host layouts), shaped as their papers say, simulated at 1024 ranks,
+    run against exact references at a few world sizes (twolevel across two
+    pretended hosts too) and leaving every rank the same bits;
+  * docs/ALGORITHMS.md's walk: its example is examples/pyring.py and its check and
+    sim commands print what it shows.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import ringcoll
+import ringcoll.ops
+from ringcoll import _C, check, model, schedules, sim
+from ringcoll.schedules import AlgorithmError, Params, Schedule, recv_copy, reduced, register, send
+from tests import mp
+from tests.test_algorithms import algorithms_matrix
+
+REPO = Path(__file__).resolve().parents[1]
+PYRING = str(REPO / "examples" / "pyring.py")
+MODULES = f"{PYRING},tests.pyalgos"
+# pyring and pymirror are registered in this process too (they are correct, and
+# other test files list only the built-in and shipped algorithms); the broken and
+# test-only ones are registered only in the worlds' processes (_register_world's),
+# or tested as bare definitions (_definition), so that no later test of this
+# process meets them among the registered algorithms (auto's candidates).
+schedules.load_modules(MODULES)
+import pyring  # noqa: E402  (examples/pyring.py, imported by load_modules)
+
+PY_ALGOS = {a: _C.provides(a) for a in ("pyring", "pymirror")}
+
+
+def _definition(name, fn, collective="all_reduce"):
+    """What register() makes of fn, not registered."""
+    return schedules._Definition(name, "", {collective: fn})
+
+
+# --------------------------------------------------------------------------------
+# the vocabulary and registration
+
+
+def test_block_and_split_cut_as_the_extension_does():
+    for n in (0, 1, 5, 16, 101):
+        for k in range(1, 9):
+            for i in range(k):
+                assert schedules.block(n, k, i) == _C.block_range(n, k, i)
+                assert schedules.split((3, 3 + n), k, i) == _C.split(3, 3 + n, k, i)
+    prm = Params(rank=1, size=3, n=7)
+    assert prm.order == (0, 1, 2) and prm.hosts == (0, 0, 0)
+
+
+@pytest.mark.parametrize("collective", ["all_reduce", "reduce_scatter", "all_gather"])
+def test_pyring_is_the_built_in_ring(collective):
+    for p in range(1, 10):
+        orders = [None] + ([[(2 * i) % p for i in range(p)]] if p % 2 else [])
+        for order in orders:
+            for n in sorted({0, 1, p - 1, p + 1, 3 * p, 4 * p + 2}):
+                if collective != "all_reduce" and n % p:
+                    continue
+                mine = check.schedules("pyring", collective, p, n, order=order)
+                ring = check.schedules("ring", collective, p, n, order=order)
+                for r, (a, b) in enumerate(zip(mine, ring)):
+                    assert (a["steps"], a["result"], a["scratch"]) == \
+                        (b["steps"], b["result"], b["scratch"]), (collective, p, n, order, r)
+
+
+def test_listed_provided_and_selectable():
+    names = ringcoll.algorithms()
+    assert names[:7] == ["ring", "rhd", "tree", "twoshot", "oneshot", "direct", "biring"]
+    assert "pyring" in names and "pymirror" in names
+    assert _C.provides("pyring") == ["allreduce", "reducescatter", "allgather", "barrier"]
+    assert _C.select("pyring", "all_reduce", 100)[0] == "pyring"
+    assert _C.select("pyring", "broadcast", 100)[0] == "ring"  # not provided: the default
+    assert _C.select("allreduce=pyring:0-1K,ring", "all_reduce", 100)[0] == "pyring"
+    with pytest.raises(ValueError, match="'pyring' does not provide broadcast"):
+        _C.select("broadcast=pyring", "broadcast", 100)
+    assert "RINGCOLL_ALGO=pyring" in _C.knobs({"RINGCOLL_ALGO": "pyring"})
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("ring", "'ring' is a built-in algorithm"),
+    ("auto", "'auto' is RINGCOLL_ALGO's word"),
+    ("my ring", "is not letters, digits"),
+    ("a;b", "is not letters, digits"),
+])
+def test_bad_names_are_refused(name, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        register(name, "all_reduce")(pyring.all_reduce)
+    assert name not in ringcoll.algorithms() or name == "ring"
+    assert name not in schedules._DEFINED
+
+
+def test_unknown_collective_is_refused():
+    with pytest.raises(ValueError, match="unknown collective 'allreduse'"):
+        register("pyring2", "allreduse")
+
+
+# --------------------------------------------------------------------------------
+# the tools
+
+
+def test_check_sim_and_model_take_python_algorithms():
+    assert check.check_all("pyring", max_p=6) > 0
+    assert check.check_all("pymirror", max_p=4) > 0
+    topo = sim.Topology(2, 4, sim.INTRA, sim.INTER, gamma=sim.GAMMA)
+    for c in ("all_reduce", "reduce_scatter", "all_gather"):
+        assert sim.simulate("pyring", c, topo, 1 << 20).seconds == \
+            sim.simulate("ring", c, topo, 1 << 20).seconds
+        cal = model.load()
+        assert model.predict("pyring", c, 4, 1 << 16, "shm", cal) == \
+            model.predict("ring", c, 4, 1 << 16, "shm", cal)
+    assert "pyring" in model.providers("all_reduce")
+
+
+def _tool(args, modules=MODULES):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
+    if modules:
+        env["RINGCOLL_ALGO_MODULES"] = modules
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True,
+                          timeout=240, env=env, cwd=REPO)
+
+
+def test_command_lines_import_ringcoll_algo_modules():
+    out = _tool(["ringcoll.check", "pyring", "--max-p", "4"])
+    assert out.returncode == 0, out.stderr
+    assert "pyring (all_reduce, reduce_scatter, all_gather, barrier)" in out.stdout
+    out = _tool(["ringcoll.sim", "--algo", "pyring", "--hosts", "2", "--per-host", "4",
+                 "--size", "64K"])
+    assert out.returncode == 0 and "pyring all_reduce 65536 B on 2 x 4" in out.stdout, out.stderr
+    out = _tool(["ringcoll.check", "pyring", "--max-p", "2"], modules=None)
+    assert out.returncode != 0 and "unknown algorithm 'pyring'" in out.stderr, out.stderr
+    out = _tool(["ringcoll.check", "pyring"], modules="no/such/file.py")
+    assert out.returncode != 0, out.stdout
+    assert "RINGCOLL_ALGO_MODULES: cannot import 'no/such/file.py'" in out.stderr, out.stderr
+
+
+def test_load_modules_names_what_failed():
+    with pytest.raises(ImportError, match="cannot import 'tests.no_such_module'"):
+        schedules.load_modules("tests.no_such_module")
+    schedules.load_modules(f" {PYRING} , ")  # again, and blanks: nothing new
+    assert sys.modules["pyring"] is pyring
+
+
+# --------------------------------------------------------------------------------
+# preparation: proved, digested, refused with a name
+
+
+def _prepare(definition, collective, rank, p, n, root=0, counts=None):
+    send = list(counts[rank]) if counts else []
+    recv = [row[rank] for row in counts] if counts else []
+    return definition.prepare(collective, rank, p, n, root, [], [], send, recv)
+
+
+def test_every_rank_digests_alike_and_another_definition_differs():
+    p, n = 4, 21
+    ring = schedules._DEFINED["pyring"]
+    digests = {_prepare(ring, "all_reduce", r, p, n)[1] for r in range(p)}
+    assert len(digests) == 1 and 0 not in digests
+    assert _prepare(_definition("pyring", _reversed_ring), "all_reduce", 0, p, n)[1] \
+        not in digests
+    counts = [[1, 0, 2], [3, 3, 1], [0, 5, 2]]
+    mirror = schedules._DEFINED["pymirror"]
+    a2a = {_prepare(mirror, "all_to_all", r, 3, 0, counts=counts)[1] for r in range(3)}
+    assert len(a2a) == 1
+
+
+def _reversed_ring(prm):
+    """The ring the other way round: valid, and different bytes on the wire."""
+    p = prm.size
+    back = Params(prm.rank, p, prm.n, prm.root, tuple(reversed(prm.order)))
+    return pyring.all_reduce(back)
+
+
+def _mutated(how):
+    def schedule(prm):
+        s = pyring.all_reduce(prm)
+        p, steps = prm.size, s.steps
+        if how == "peer":
+            steps[0][0] = send(p, steps[0][0][2:])
+        elif how == "overlap":
+            steps[0].append(recv_copy(steps[0][1].peer, steps[0][1][2:]))
+        elif how == "sizes":
+            k, q, b, e = steps[0][0]
+            steps[0][0] = send(q, (b, e - 1))
+        elif how == "twice":
+            # step 1 sends again what step 0 sent, which the receiver has counted
+            steps[1][0] = send(steps[1][0].peer, steps[0][0][2:])
+            steps[1][1] = type(steps[1][1])("recv_reduce", steps[1][1].peer, *steps[0][1][2:])
+        elif how == "result":
+            del steps[-1]
+        elif how == "raises":
+            return 1 // (prm.rank - prm.rank)
+        elif how == "not_a_schedule":
+            return steps
+        elif how == "bad_item":
+            steps[0].append(("send", 1, 0, 1))
+        return s
+    return schedule
+
+
+BAD = {
+    "peer": "step 0 rank 0: send with peer 3",
+    "overlap": "step 0 rank 0: writes",
+    "sizes": "step 0: rank 0 sends sizes [2] to rank 1, which receives sizes [3]",
+    "twice": "step 1 rank 0: element 6 from rank 2 counts ranks [2] twice",
+    "result": "rank 0 at the end (after step 2): element",
+    "raises": "for rank 0 (p=3, n=9): the function raised ZeroDivisionError: integer division",
+    "not_a_schedule": "for rank 0 (p=3, n=9): the function returned list, not a",
+    "bad_item": "for rank 0 (p=3, n=9) step 0: ('send', 1, 0, 1) is not send(peer, range)",
+}
+
+
+@pytest.mark.parametrize("how", list(BAD))
+def test_bad_algorithms_are_refused_naming_algorithm_collective_rank_and_step(how):
+    name = f"pybad_{how}"
+    with pytest.raises(AlgorithmError) as err:
+        _prepare(_definition(name, _mutated(how)), "all_reduce", 0, 3, 9)
+    msg = str(err.value)
+    assert f"algorithm '{name}' all_reduce" in msg and BAD[how] in msg, msg
+    if how == "raises":
+        assert "test_python_algorithms.py:" in msg and "in schedule" in msg, msg
+    elif how not in ("not_a_schedule", "bad_item"):
+        assert "refused by ringcoll.check before anything was sent" in msg, msg
+
+
+# --------------------------------------------------------------------------------
+# in real processes
+
+
+def _env(transport):
+    env = {"RINGCOLL_ALGO_MODULES": MODULES}
+    if transport == "stream":
+        env["RINGCOLL_STREAM_DELAY_US"] = "20"
+    return env
+
+
+# The full grid (every dtype and op, counts 0, 1, p-1, p+1, large, every root, tiny
+# segments) up to 4 ranks; one world of 5.
+GRID = [(1, "shm"), (2, "shm"), (2, "gloo"), (2, "stream"), (3, "shm"), (3, "stream"),
+        (4, "stream"), (5, "shm")]
+
+
+@pytest.mark.parametrize("world_size, transport", GRID)
+def test_python_algorithms_against_references(world_size, transport):
+    mp.run_checks(world_size, algorithms_matrix, PY_ALGOS, timeout=600, transport=transport,
+                  env=_env(transport))
+
+
+def _attempt(call):
+    t0 = time.monotonic()
+    try:
+        call()
+        return "no error", None, time.monotonic() - t0
+    except Exception as e:  # noqa: BLE001 - the type is checked by the test
+        return str(e), type(e).__name__, time.monotonic() - t0
+
+
+_FAILING_RANK = -1  # the process whose pyflaky raises (set by failing_world)
+
+
+def _flaky(prm):
+    if dist.is_initialized() and dist.get_rank() == _FAILING_RANK:
+        raise KeyError("no chunk for this rank")
+    return pyring.all_reduce(prm)
+
+
+def _register_world():
+    """The test-only algorithms, in a world's process."""
+    register("pyflaky", "all_reduce")(_flaky)
+    register("pybad_sizes", "all_reduce")(_mutated("sizes"))
+    register("pycount", "all_reduce")(_counted)
+
+
+def failing_world(rank, p, algo, failing_rank, drift):
+    global _FAILING_RANK
+    _FAILING_RANK = failing_rank
+    _register_world()
+    if drift:  # this rank's definition of pydrift differs from the others'
+        register("pydrift", "all_reduce")(_reversed_ring if rank == 1 else pyring.all_reduce)
+    g = dist.new_group(backend="ringcoll", timeout=timedelta(seconds=30),
+                       pg_options=ringcoll.Options(algo=algo))
+    x = torch.full((9,), float(rank + 1))
+    before = x.clone()
+    dist.barrier(group=mp.GLOO)
+    msg, kind, elapsed = _attempt(lambda: dist.all_reduce(x, group=g))
+    after, _, _ = _attempt(lambda: dist.all_reduce(torch.ones(3), group=g))
+    return {"msg": msg, "kind": kind, "elapsed": elapsed, "after": after,
+            "intact": torch.equal(x, before)}
+
+
+@pytest.mark.parametrize("transport", ["shm", "stream"])
+def test_exception_on_one_rank_fails_every_rank_naming_it(transport):
+    res = mp.run_world(3, failing_world, "pyflaky", 1, False, transport=transport,
+                       env=_env(transport), timeout=120)
+    for rank, r in enumerate(res):
+        assert "algorithm 'pyflaky' all_reduce" in r["msg"], (rank, r)
+        assert "KeyError: 'no chunk for this rank'" in r["msg"], (rank, r)
+        assert "test_python_algorithms.py:" in r["msg"], (rank, r)
+        assert r["elapsed"] < 5, (rank, r)  # the report, not the 30 s timeout
+        assert r["intact"], (rank, r)
+        assert "unusable after an earlier failure" in r["after"], (rank, r["after"])
+    assert "rank 1" in res[0]["msg"], res[0]["msg"]
+
+
+@pytest.mark.parametrize("transport", ["shm", "stream"])
+def test_refused_schedule_raises_on_every_rank_before_any_byte_moves(transport):
+    res = mp.run_world(3, failing_world, "pybad_sizes", -1, False, transport=transport,
+                       env=_env(transport), timeout=120)
+    for rank, r in enumerate(res):
+        assert BAD["sizes"] in r["msg"], (rank, r)
+        assert "algorithm 'pybad_sizes' all_reduce" in r["msg"], (rank, r)
+        assert r["intact"] and r["elapsed"] < 5, (rank, r)
+
+
+@pytest.mark.parametrize("transport", ["shm", "stream"])
+def test_ranks_whose_definitions_differ_disagree(transport):
+    res = mp.run_world(3, failing_world, "pydrift", -1, True, transport=transport,
+                       env=_env(transport), timeout=120)
+    for rank, r in enumerate(res):
+        assert r["kind"] == "DistBackendError", (rank, r)
+        assert "ranks disagree about collective #1" in r["msg"], (rank, r)
+        assert "pydrift schedule #" in r["msg"], (rank, r)
+        assert r["intact"] and r["elapsed"] < 5, (rank, r)
+
+
+_CALLS = []  # (collective, rank, n) of every pycount schedule this process built
+
+
+def _counted(prm):
+    _CALLS.append((prm.rank, prm.n))
+    return pyring.all_reduce(prm)
+
+
+def gil_world(rank, p):
+    """ringcoll.ops.all_reduce_ holds the GIL while it waits; with RINGCOLL_INLINE_BYTES
+    0 the worker runs every call. Two threads call at once on two groups. Each
+    (n, rank) schedule is built once."""
+    failures = []
+    _register_world()
+    groups = [dist.new_group(backend="ringcoll",
+                             pg_options=ringcoll.Options(algo="pycount", inline_bytes=0))
+              for _ in range(2)]
+    for n in (5, 1000, 5, 1000, 5):
+        x = torch.full((n,), float(rank + 1))
+        ringcoll.ops.all_reduce_(x, group=groups[0])
+        if not torch.equal(x, torch.full((n,), float(p * (p + 1) // 2))):
+            failures.append(f"ops.all_reduce_ n={n}: {x[:4].tolist()}")
+    built = sorted(set(_CALLS))
+    want = sorted((r, n) for r in range(p) for n in (5, 1000))
+    if built != want or len(_CALLS) != len(want):
+        failures.append(f"schedules built {_CALLS}, want each of {want} once")
+
+    def worker(g, out):
+        for i in range(20):
+            y = torch.full((300 + i,), 1.0)
+            dist.all_reduce(y, group=g)
+            out.append(bool(torch.all(y == p)))
+
+    results = [[], []]
+    ts = [threading.Thread(target=worker, args=(groups[k], results[k])) for k in range(2)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    if any(t.is_alive() for t in ts) or not all(results[0] + results[1]) or \
+            len(results[0] + results[1]) != 40:
+        failures.append(f"two threads: {results}")
+    return failures
+
+
+def test_gil_held_by_a_waiting_caller_and_two_calling_threads():
+    mp.run_checks(2, gil_world, timeout=120, transport="shm", env=_env("shm"))
+
+
+SCRIPT = textwrap.dedent("""
+    import torch
+    import torch.distributed as dist
+    import ringcoll
+    dist.init_process_group("ringcoll")
+    r, p = dist.get_rank(), dist.get_world_size()
+    x = torch.arange(1000, dtype=torch.float32) + r
+    dist.all_reduce(x)
+    assert torch.equal(x, torch.arange(1000, dtype=torch.float32) * p + p * (p - 1) / 2), x
+    print(f"rank {r}: ok", flush=True)
+    dist.destroy_process_group()
+""")
+
+
+def test_torchrun_with_a_module_debug_and_trace(tmp_path):
+    script, trace = tmp_path / "train.py", tmp_path / "trace"
+    script.write_text(SCRIPT)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
+    env.update(OMP_NUM_THREADS="1", RINGCOLL_ALGO="pyring", RINGCOLL_ALGO_MODULES=PYRING,
+               RINGCOLL_DEBUG="1", RINGCOLL_TRACE=str(trace))
+    out = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "--standalone", str(script)],
+        capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "rank 0: ok" in out.stdout and "rank 1: ok" in out.stdout, out.stdout
+    assert "all_reduce 4000 B: pyring (RINGCOLL_ALGO=pyring)" in out.stderr, out.stderr
+    merged = subprocess.run([sys.executable, "-m", "ringcoll.trace", str(trace)],
+                            capture_output=True, text=True, timeout=120, env=env)
+    assert merged.returncode == 0, merged.stderr
+    assert "pyring" in merged.stdout, merged.stdout
+
+
+# --------------------------------------------------------------------------------
+# the algorithms ringcoll ships written in Python: swing, bruck, twolevel
+
+SHIPPED = ("swing", "bruck", "twolevel")
+
+
+@pytest.mark.parametrize("algo", SHIPPED)
+def test_shipped_algorithms_proved_for_1_to_64_ranks(algo):
+    # every collective each provides, p = 1..64; twolevel also on host layouts of
+    # two hosts, hosts of 4 (and of 3, and a host per rank, up to 16 ranks)
+    assert check.check_all(algo, max_p=64) > 0
+
+
+def test_shipped_algorithms_are_registered_and_shaped():
+    assert ringcoll.algorithms()[7:10] == list(SHIPPED)
+    assert _C.provides("swing") == ["allreduce", "barrier"]
+    assert _C.provides("bruck") == ["allgather"]
+    assert _C.provides("twolevel") == ["allreduce", "barrier"]
+    from ringcoll.schedules import swing
+
+    assert [swing.rho(s) for s in range(5)] == [1, -1, 3, -5, 11]
+    for p, steps in ((2, 2), (4, 4), (8, 6), (16, 8), (3, 4), (6, 6), (12, 8)):
+        for r, sched in enumerate(check.schedules("swing", "all_reduce", p, 5 * p)):
+            assert len(sched["steps"]) == steps, (p, r)
+    # step s of the power-of-two core exchanges with r +- rho(s), one message each way
+    for r, sched in enumerate(check.schedules("swing", "all_reduce", 8, 40)):
+        for s in range(3):
+            want = (r + swing.rho(s)) % 8 if r % 2 == 0 else (r - swing.rho(s)) % 8
+            assert [t[1] for t in sched["steps"][s]["transfers"]] == [want, want], (r, s)
+    # bruck: ceil(log2 p) steps for any p
+    for p in (2, 3, 5, 8, 9, 31):
+        for sched in check.schedules("bruck", "all_gather", p, 2 * p):
+            assert len(sched["steps"]) == (p - 1).bit_length()
+    # twolevel, 3 hosts of 2: ring reduce-scatter (1 step), all-reduce across hosts
+    # (4 steps), all-gather (1): only the middle steps cross hosts
+    hosts = [0, 0, 1, 1, 2, 2]
+    for r, sched in enumerate(check.schedules("twolevel", "all_reduce", 6, 60, hosts=hosts)):
+        crossing = [s for s, st in enumerate(sched["steps"])
+                    if any(hosts[t[1]] != hosts[r] for t in st["transfers"])]
+        assert len(sched["steps"]) == 6 and crossing == [1, 2, 3, 4], (r, crossing)
+
+
+SHIPPED_ALGOS = {a: _C.provides(a) for a in SHIPPED}
+# A few worlds each (the checker proves every p above); twolevel also across two
+# pretended hosts (RINGCOLL_HOST: gloo between them, Params.hosts of two hosts),
+# even and uneven; tests/test_hosts.py runs them on two namespaced hosts.
+SHIPPED_GRID = [(3, "shm", None), (4, "stream", None), (5, "gloo", None),
+                (4, "auto", ["a", "a", "b", "b"]), (5, "auto", ["a", "a", "a", "b", "b"])]
+
+
+@pytest.mark.parametrize("world_size, transport, hosts", SHIPPED_GRID)
+def test_shipped_algorithms_against_references(world_size, transport, hosts):
+    algos = {"twolevel": SHIPPED_ALGOS["twolevel"]} if hosts else SHIPPED_ALGOS
+    mp.run_checks(world_size, algorithms_matrix, algos, timeout=600, transport=transport,
+                  env=_env(transport), rank_env={"RINGCOLL_HOST": hosts} if hosts else None)
+
+
+# --------------------------------------------------------------------------------
+# docs/ALGORITHMS.md's walk
+
+
+def _fenced(doc):
+    """The doc's fenced blocks, in order: (language, text)."""
+    parts = doc.split("```")
+    return [(b.split("\n", 1)[0], b.split("\n", 1)[1] if "\n" in b else "")
+            for b in parts[1::2]]
+
+
+def test_the_docs_walk_shows_the_example_and_its_commands_run():
+    doc = (REPO / "docs" / "ALGORITHMS.md").read_text()
+    blocks = _fenced(doc)
+    assert blocks[0] == ("python", (REPO / "examples" / "pyring.py").read_text()), \
+        "docs/ALGORITHMS.md's first example is not examples/pyring.py"
+    commands = [c for lang, text in blocks if lang == "bash" for c in text.splitlines()]
+    for path in ("examples/pyring.py", "examples/allreduce.py"):
+        assert any(path in c for c in commands) and (REPO / path).exists(), path
+    # The checker's and the simulator's steps, verbatim, print what the doc shows
+    # (the torchrun, trace and benchmark steps run in
+    # test_torchrun_with_a_module_debug_and_trace and
+    # test_bench_runs_a_python_algorithm_beside_the_built_in).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
+    ran = 0
+    for (lang, text), (after, shown) in zip(blocks, blocks[1:]):
+        if lang != "bash" or after != "" or not any(
+                t in text for t in ("ringcoll.check", "ringcoll.sim")):
+            continue
+        out = subprocess.run(text, shell=True, capture_output=True, text=True, timeout=300,
+                             env=env, cwd=REPO)
+        assert out.returncode == 0, (text, out.stderr)
+        for line in shown.splitlines():
+            assert line == "..." or line in out.stdout, (text, line, out.stdout)
+        ran += 1
+    assert ran == 2
+
+
+def test_a_name_defined_again_is_what_the_tools_read():
+    # (a ring either way round: a correct algorithm left registered in this process)
+    register("pyagain", "all_reduce")(pyring.all_reduce)
+    before = list(model.terms("pyagain", "all_reduce", 3, 1 << 12, "shm", model.load()))
+    register("pyagain", "all_reduce")(_reversed_ring)
+    assert check.schedules("pyagain", "all_reduce", 3, 9) != check.schedules("pyring",
+                                                                             "all_reduce", 3, 9)
+    assert model.transfers.cache_info().currsize == 0  # the old tables are gone
+    after = list(model.terms("pyagain", "all_reduce", 3, 1 << 12, "shm", model.load()))
+    assert after == before  # the same counts: the ring either way round
+
+
+def test_bench_runs_a_python_algorithm_beside_the_built_in(tmp_path, capsys, monkeypatch):
+    """The walk's last step, small: the benchmark's workers import the module."""
+    import json
+
+    from ringcoll.bench import main as bench
+
+    monkeypatch.setenv("RINGCOLL_ALGO_MODULES", PYRING)
+    rc = bench(["-b", "8", "-e", "4K", "-f", "512", "--nproc", "2", "--budget", "0.01",
+                "-n", "3", "-R", "2", "-w", "1", "--collectives", "all_reduce",
+                "--backends", "ringcoll,ringcoll+algo=pyring", "--algo", "ring",
+                "--json", str(tmp_path / "b.json"), "--csv", str(tmp_path / "b.csv"),
+                "--plot", str(tmp_path / "b.png")])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "ringcoll+algo=pyring" in out and "busbw ratio" in out, out
+    rows = json.loads((tmp_path / "b.json").read_text())["results"]
+    assert {r["backend"] for r in rows} == {"ringcoll", "ringcoll+algo=pyring"}
+    assert all(r[k]["wrong"] == 0 for r in rows for k in ("oop", "ip") if r[k])
+
+
+@pytest.mark.parametrize("world_size", [3, 6])
+def test_shipped_all_reduces_leave_every_rank_the_same_bits(world_size):
+    from tests.test_same_bits import same_bits_world
+
+    mp.run_checks(world_size, same_bits_world, ["swing", "twolevel"], timeout=600,
+                  transport="shm", limit=20)
+
+
+@pytest.mark.parametrize("algo, collective", [("swing", "all_reduce"), ("bruck", "all_gather"),
+                                              ("twolevel", "all_reduce")])
+def test_shipped_algorithms_simulated_at_1024_ranks(algo, collective):
+    topo = sim.Topology(128, 8, sim.INTRA, sim.INTER, gamma=sim.GAMMA)
+    r = sim.simulate(algo, collective, topo, 64 << 20)
+    assert r.seconds > 0 and "p=64" in r.checked and "8 ranks a host" in r.checked, r
+    steps = {"swing": 20, "bruck": 10, "twolevel": 2 * 7 + 2 * 127}[algo]
+    assert r.steps == steps, r
