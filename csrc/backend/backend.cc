@@ -243,9 +243,12 @@ void RingcollBackend::stop(Stop how) {
     p2pCuda.reset();
     p2pStream.reset();
     p2pStreamHost_.reset();
-    // Nothing runs on them any more: unmap the shared memory, close the lanes.
-    executor_.reset();
+    // Nothing runs on them any more: unmap the shared memory, close the lanes. The
+    // transport goes first: a send still pending in gloo (the peer has not posted
+    // its receive yet) reads the executor's header memory until its lane drops it,
+    // and a peer that received freed bytes would report a garbled header.
     transport_.reset();
+    executor_.reset();
     // The gloo group under the transports goes too, here and not as a member after
     // the destructor's body: ~ProcessGroupGloo joins its threads, which must not
     // happen with the GIL held (a thread that needs it would never finish).
