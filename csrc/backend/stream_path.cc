@@ -270,6 +270,15 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
   // Lives until after a failure stopped the device's work (below): the device may
   // still be reading the job's buffer.
   std::optional<Staged> staged;
+  // Under mutex_, once the watchdog failed the group while this launch enqueued (it
+  // stopped watching then): the watchdog's reason is the cause, named by this call.
+  auto failedMeanwhile = [this, &label](const std::string& then) {
+    std::string why = broken_.rfind(label.str(), 0) == 0
+                          ? broken_
+                          : c10::str(label, ": the group failed meanwhile: ", broken_);
+    if (!then.empty()) why = c10::str(why, " (then: ", then, ")");
+    return why;
+  };
   {
     std::lock_guard<std::mutex> lock(mutex_);
     launching_ = work;
@@ -314,10 +323,7 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
       if (broken_.empty()) {
         failAll(why, /*report=*/true, /*teardown=*/false);
       } else {
-        // The watchdog failed the group while this launch waited (for room on the
-        // device): its reason is the cause, this launch's error the symptom.
-        why = c10::str(broken_, " (then: ", e.what(), ")");
-        if (broken_.rfind(label.str(), 0) != 0) why = c10::str(label, ": ", why);
+        why = failedMeanwhile(e.what());  // e.g. the wait for room, ended by the abort
       }
     }
     C10_THROW_ERROR(DistBackendError, why);
@@ -326,11 +332,8 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
     std::lock_guard<std::mutex> lock(mutex_);
     launching_.reset();
     if (!broken_.empty()) {
-      // The watchdog failed the group while this launch enqueued (and has stopped
-      // watching): the work would never be failed or retired, so the call raises.
-      const std::string why = broken_.rfind(label.str(), 0) == 0
-                                  ? broken_
-                                  : c10::str(label, ": the group failed meanwhile: ", broken_);
+      // Nobody would fail or retire the work: the call raises instead.
+      const std::string why = failedMeanwhile("");
       work->fail(why);
       C10_THROW_ERROR(DistBackendError, why);
     }
