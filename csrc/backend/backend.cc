@@ -168,7 +168,7 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
     auto device = std::make_shared<CpuStreamDevice>(*transport_, knobs_.chunkBytes,
                                                     knobs_.streamDelayUs, knobs_.streamFailAfter,
                                                     knobs_.stopLatchBytes,
-                                                    knobs_.maxBatchesInFlight, timeout_);
+                                                    knobs_.maxBatchesInFlight);
     device->executor().setTracer(tracer_.get());
     streamPath_ = std::make_shared<StreamPath>(std::move(device), store_, rank, size, knobs_,
                                                ringNeighbours_, knobs_.fingerprint);
@@ -182,7 +182,7 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
       auto pdevice = std::make_shared<CpuStreamDevice>(*p2pStreamHost_, knobs_.chunkBytes,
                                                        knobs_.streamDelayUs, 0,
                                                        knobs_.stopLatchBytes,
-                                                       knobs_.maxBatchesInFlight, timeout_);
+                                                       knobs_.maxBatchesInFlight);
       p2pStream_ = std::make_shared<StreamPath>(std::move(pdevice), pstore, rank, size, knobs_,
                                                 std::vector<int>{}, knobs_.fingerprint);
     } catch (const std::runtime_error& e) {

@@ -12,8 +12,7 @@ struct CpuStreamDevice::End : StreamDevice::Event {
 };
 
 CpuStreamDevice::CpuStreamDevice(Transport& host, size_t chunkBytes, uint32_t maxDelayUs,
-                                 size_t failAfter, size_t latchBytes, size_t maxBatches,
-                                 std::chrono::milliseconds stall)
+                                 size_t failAfter, size_t latchBytes, size_t maxBatches)
     : compute_("compute", maxDelayUs) {
   // Header slots (engine/executor_waves.cc): this rank's, one per peer received, one
   // per peer sent when a job's headers differ per peer.
@@ -23,7 +22,7 @@ CpuStreamDevice::CpuStreamDevice(Transport& host, size_t chunkBytes, uint32_t ma
                                                     failAfter);
   transport_->setJoinHook([r = reducer_.get()] { r->transfersJoined(); });
   transport_->setStats(&stats_);
-  transport_->setInFlightBound(maxBatches, stall);
+  transport_->setInFlightBound(maxBatches);
   reducer_->setStats(&stats_);
   executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, chunkBytes);
 }

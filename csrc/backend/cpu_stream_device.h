@@ -30,10 +30,9 @@ class CpuStreamDevice final : public StreamDevice {
   // `host`: the transport the bytes travel on; it must outlive this device.
   // `maxDelayUs`, `failAfter`: RINGCOLL_STREAM_DELAY_US, RINGCOLL_STREAM_FAIL_AFTER.
   // `latchBytes`: RINGCOLL_STOP_LATCH_BYTES (the reducer's latched stop word).
-  // `maxBatches`, `stall`: the transport's in-flight bound (RINGCOLL_MAX_BATCHES_IN_FLIGHT,
-  // and how long it waits for room: the group's timeout).
+  // `maxBatches`: the transport's in-flight bound (RINGCOLL_MAX_BATCHES_IN_FLIGHT).
   CpuStreamDevice(Transport& host, size_t chunkBytes, uint32_t maxDelayUs, size_t failAfter,
-                  size_t latchBytes, size_t maxBatches, std::chrono::milliseconds stall);
+                  size_t latchBytes, size_t maxBatches);
   ~CpuStreamDevice() override;
 
   c10::Device device() const override { return c10::Device(c10::kCPU); }

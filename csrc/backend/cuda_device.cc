@@ -80,7 +80,7 @@ CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
                                            stopLatchBytes, std::move(scratch));
   transport_->setJoinHook([r = reducer_.get()] { r->transfersJoined(); });
   transport_->setStats(&stats_);
-  transport_->setInFlightBound(maxBatches, timeout);
+  transport_->setInFlightBound(maxBatches);
   reducer_->setStats(&stats_);
   executor_ = std::make_unique<algo::Executor>(*transport_, *reducer_, chunkBytes);
   executor_->setTracer(tracer);

@@ -85,7 +85,7 @@ void StreamTransport::flush() {
   ++flushed_;
   count(StreamStats::kBatches);
   count(StreamStats::kPosts, batch_.size());
-  if (done) {
+  if (done && maxBatches_ > 0) {  // probes are read only under the bound (awaitRoom)
     probes_.push_back(Probe{flushed_, done});
     lastProbe_ = flushed_;
   } else if (maxBatches_ > 0 && flushed_ - lastProbe_ >= kProbeEvery) {
@@ -129,8 +129,6 @@ void StreamTransport::awaitRoom() {
     count(StreamStats::kMarkers);
     lastProbe_ = flushed_;
   }
-  auto since = Clock::now();
-  uint64_t seen = completed_;
   for (;;) {
     const std::string why = aborted();
     if (!why.empty()) {
@@ -140,17 +138,6 @@ void StreamTransport::awaitRoom() {
     std::this_thread::sleep_for(std::chrono::microseconds(50));
     noteCompleted();
     if (flushed_ - completed_ < maxBatches_) return;
-    const auto now = Clock::now();
-    if (completed_ != seen) {
-      seen = completed_;
-      since = now;
-    } else if (now - since > stall_) {
-      throw PeerError(-1,
-                      RC_STR("Timed out after ", stall_.count(), " ms waiting for room to "
-                             "enqueue: ", flushed_ - completed_, " batches in flight, none "
-                             "completed (a peer stopped?)"),
-                      /*timedOut=*/true);
-    }
   }
 }
 

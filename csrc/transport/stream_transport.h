@@ -32,8 +32,9 @@
 // launch runs under the communicator's lock, which the watchdog's abort needs
 // (nccl_comm.h). So flush() never enqueues a batch while `maxBatches` batches are
 // in flight: it waits on the host, holding no lock, for the oldest to complete
-// (counted in StreamStats::kHostWaits), and throws PeerError when the transfers
-// were aborted meanwhile or when none completed for the stall limit. Completion
+// (counted in StreamStats::kHostWaits), and throws PeerError once the transfers
+// were aborted meanwhile (the owner's watchdog aborts them when a peer failed or
+// the launch's timeout passed: backend/stream_path.h). Completion
 // is read from markers it already has (after each `transfer` batch) and from one
 // marker recorded on `compute` every kProbeEvery batches there.
 //
@@ -82,12 +83,9 @@ class StreamTransport : public Transport {
   // Where batches, posts, markers, stream waits and host waits are counted (and
   // timed); may stay null. Set once, before the first post.
   void setStats(StreamStats* stats) { stats_ = stats; }
-  // The in-flight bound (above): `maxBatches` (0: none) and how long flush() waits
-  // for a batch to complete before it gives up. Set once, before the first post.
-  void setInFlightBound(size_t maxBatches, std::chrono::milliseconds stall) {
-    maxBatches_ = maxBatches;
-    stall_ = stall;
-  }
+  // The in-flight bound (above): `maxBatches` (0: none). Set once, before the
+  // first post.
+  void setInFlightBound(size_t maxBatches) { maxBatches_ = maxBatches; }
   // A marker on `compute` every this many batches enqueued there (in-flight bound).
   static constexpr uint64_t kProbeEvery = 16;
 
@@ -154,7 +152,6 @@ class StreamTransport : public Transport {
   std::function<void()> joinHook_;
   StreamStats* stats_ = nullptr;
   size_t maxBatches_ = 0;
-  std::chrono::milliseconds stall_{std::chrono::hours(24)};
   uint64_t flushed_ = 0;       // batches enqueued
   uint64_t completed_ = 0;     // of them, known complete
   uint64_t lastProbe_ = 0;     // flushed_ when the newest probe was taken
