@@ -75,8 +75,10 @@ def _resolve_auto(overrides, store, rank, size):
             resolved = auto.resolve(value, size, transport, cal)
             gpu_resolved = (auto.resolve(gpu_value, size, "nccl", cal)
                             if gpu_value is not None else "")
-        except ValueError as e:
-            resolved = gpu_resolved = "!" + str(e)  # every rank raises the same error
+        except Exception as e:  # noqa: BLE001 - a Python algorithm's error too
+            # Every rank raises the same error (the others wait on the store for it).
+            why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+            resolved = gpu_resolved = "!" + why
         store.set(_AUTO_VALUE, resolved)
         store.set(_AUTO_GPU_VALUE, gpu_resolved)
     else:

@@ -357,6 +357,32 @@ def test_ranks_whose_definitions_differ_disagree(transport):
         assert r["intact"] and r["elapsed"] < 5, (rank, r)
 
 
+def _broken(prm):
+    raise KeyError("no schedule for auto")
+
+
+def auto_with_a_broken_algorithm_world(rank, p):
+    """Every rank registers an algorithm that raises; auto (resolved on rank 0 while
+    the others wait on the store) weighs it."""
+    register("pyautobroken", "all_reduce")(_broken)
+    t0 = time.monotonic()
+    try:
+        dist.new_group(backend="ringcoll", timeout=timedelta(seconds=30),
+                       pg_options=ringcoll.Options(algo="auto"))
+        msg = "no error"
+    except Exception as e:  # noqa: BLE001 - the message is checked by the test
+        msg = str(e)
+    return msg, time.monotonic() - t0
+
+
+def test_auto_with_an_algorithm_that_raises_fails_every_rank():
+    """Not only rank 0: the others learn its error from the store, not by timing out."""
+    res = mp.run_world(2, auto_with_a_broken_algorithm_world, timeout=120)
+    for rank, (msg, elapsed) in enumerate(res):
+        assert "pyautobroken" in msg and "no schedule for auto" in msg, (rank, msg)
+        assert elapsed < 20, (rank, elapsed, msg)
+
+
 _CALLS = []  # (collective, rank, n) of every pycount schedule this process built
 
 
