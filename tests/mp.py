@@ -88,7 +88,6 @@ def _child(rank, world_size, store_path, fn, args, conn, init_backend, pg_timeou
     global GLOO
     if forked_from is not None:
         _same_output_as(forked_from)
-        os._exit = _exit_as_spawned  # the fork server ends the rank with os._exit(code)
     # The environment run_world was called with, exactly: a forked rank starts with
     # the fork server's, which is older.
     for key in [k for k in os.environ if k not in env]:
@@ -136,6 +135,10 @@ def _child(rank, world_size, store_path, fn, args, conn, init_backend, pg_timeou
         conn.send(("error", traceback.format_exc()))
     finally:
         conn.close()
+        # The fork server ends the rank with os._exit(code) after this returns; a
+        # test's own os._exit (a rank's hard death) stays hard.
+        if forked_from is not None:
+            os._exit = _exit_as_spawned
 
 
 def _threads_of(pid, native=True):
