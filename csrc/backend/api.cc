@@ -67,7 +67,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
   const algo::Prepared a =
       small(op, algo::SmallKind::kAllreduce, t, bytesOf(t), &red)
           ? nullptr
-          : algorithm(op, algo::Collective::kAllreduce, bytesOf(t), t, params(t.numel()));
+          : algorithm(op, algo::Collective::kAllreduce, bytesOf(t), t, [&] { return params(t.numel()); });
   return launch(c10d::OpType::ALLREDUCE, op,
                 callPrint(algo::Method::kAllreduce, dtype, t.numel(), &red),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
@@ -104,7 +104,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(
   int64_t count = 0;
   for (const auto& t : ts) count += t.numel();
   const algo::Prepared a =
-      algorithm(op, algo::Collective::kAllreduce, bytes, ts[0], params(count));
+      algorithm(op, algo::Collective::kAllreduce, bytes, ts[0], [&] { return params(count); });
   return launch(c10d::OpType::ALLREDUCE_COALESCED, op,
                 callPrint(algo::Method::kAllreduceCoalesced, dtype, count,
                           &red),
@@ -140,7 +140,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce(std::vector<at::Tensor>& 
   const int root = static_cast<int>(opts.rootRank);
   const bool isRoot = root == getRank();
   const algo::Prepared a =
-      algorithm(op, algo::Collective::kReduce, bytesOf(t), t, params(t.numel(), root));
+      algorithm(op, algo::Collective::kReduce, bytesOf(t), t, [&] { return params(t.numel(), root); });
   // The schedule clobbers non-roots' buffers: they work on a copy so that their
   // input is left as it was.
   return launch(c10d::OpType::REDUCE, op,
@@ -169,7 +169,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::broadcast(
       small(op, algo::SmallKind::kBroadcast, t, bytesOf(t), nullptr)
           ? nullptr  // small (engine/small.h)
           : algorithm(op, algo::Collective::kBroadcast, bytesOf(t), t,
-                      params(t.numel() * elementSize(dtype), root));
+                      [&] { return params(t.numel() * elementSize(dtype), root); });
   return launch(c10d::OpType::BROADCAST, op,
                 callPrint(algo::Method::kBroadcast, dtype, t.numel(), nullptr, root),
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
@@ -200,7 +200,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_allgather_base(
   const algo::Prepared a =
       small(op, algo::SmallKind::kAllgather, out, bytesOf(out), nullptr)
           ? nullptr  // small (engine/small.h)
-          : algorithm(op, algo::Collective::kAllgather, bytesOf(out), out, params(out.numel()));
+          : algorithm(op, algo::Collective::kAllgather, bytesOf(out), out, [&] { return params(out.numel()); });
   return launch(c10d::OpType::_ALLGATHER_BASE, op,
                 callPrint(algo::Method::kAllgatherIntoTensor, dtype, in.numel()), {in}, {out},
                 bytesOf(out), opTimeout(opts.timeout),
@@ -244,7 +244,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgather(
   const algo::Prepared a =
       isSmall ? nullptr
               : algorithm(op, algo::Collective::kAllgather, bytesOf(in) * outs.size(), in,
-                          params(in.numel() * static_cast<int64_t>(outs.size())));
+                          [&] { return params(in.numel() * static_cast<int64_t>(outs.size())); });
   return launch(c10d::OpType::ALLGATHER, op, callPrint(algo::Method::kAllgather, dtype, in.numel()),
                 {in}, outs, bytesOf(in) * outs.size(), opTimeout(opts.timeout),
                 [this, a, outs, in, dtype](algo::Executor&) {
@@ -282,7 +282,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::_reduce_scatter_base(
   const algo::Prepared a =
       small(op, algo::SmallKind::kReduceScatter, in, bytesOf(in), &red)
           ? nullptr  // small (engine/small.h)
-          : algorithm(op, algo::Collective::kReduceScatter, bytesOf(in), in, params(in.numel()));
+          : algorithm(op, algo::Collective::kReduceScatter, bytesOf(in), in, [&] { return params(in.numel()); });
   return launch(c10d::OpType::_REDUCE_SCATTER_BASE, op,
                 callPrint(algo::Method::kReduceScatterTensor, dtype, out.numel(),
                           &red),
@@ -336,7 +336,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
   const algo::Prepared a =
       isSmall ? nullptr
               : algorithm(op, algo::Collective::kReduceScatter, bytesOf(out) * ins.size(), out,
-                          params(out.numel() * static_cast<int64_t>(ins.size())));
+                          [&] { return params(out.numel() * static_cast<int64_t>(ins.size())); });
   return launch(c10d::OpType::REDUCE_SCATTER, op,
                 callPrint(algo::Method::kReduceScatter, dtype, out.numel(),
                           &red),
@@ -361,7 +361,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::barrier(const c10d::BarrierOptio
   const char* op = "barrier";
   const algo::Prepared a = algorithm(op, algo::Collective::kBarrier,
                                      static_cast<size_t>(getSize()), at::Tensor(),
-                                     algo::barrierParams(params(0)));
+                                     [&] { return algo::barrierParams(params(0)); });
   algo::Fingerprint fp;
   fp.method = algo::Method::kBarrier;
   return launch(c10d::OpType::BARRIER, op, fp, {}, {}, static_cast<size_t>(getSize()),

@@ -101,7 +101,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allgatherPacked(
   algo::Fingerprint fp = callPrint(method, dtype0, totalNumel(ins));
   fp.layout = layout;
   const algo::Prepared a =
-      algorithm(op, algo::Collective::kAllgather, bytes, ins[0], params(bytes));
+      algorithm(op, algo::Collective::kAllgather, bytes, ins[0], [&] { return params(bytes); });
   return launch(
       type, op, fp, ins, outs, bytes, timeout,
       [this, a, ins, packing, p, unpack = std::move(unpack)](algo::Executor&) {
@@ -216,7 +216,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter_tensor_coalesced(
   fp.layout = layout;
   const size_t bytes = static_cast<size_t>(inputs[0].element_size() * packing.block * p);
   const algo::Prepared a = algorithm(op, algo::Collective::kReduceScatter, bytes, inputs[0],
-                                     params(static_cast<size_t>(packing.block) * p));
+                                     [&] { return params(static_cast<size_t>(packing.block) * p); });
   std::vector<at::Tensor> ins = inputs, outs = outputs;
   return launch(
       RINGCOLL_OP_REDUCE_SCATTER_TENSOR_COALESCED, op, fp, ins, outs, bytes,

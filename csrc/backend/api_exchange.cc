@@ -44,7 +44,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::gather(
     checks::sameDevice(op, outs[i], c10::str("output ", i), in, "the input");
   }
   const algo::Prepared a = algorithm(op, algo::Collective::kGather, bytesOf(in) * getSize(), in,
-                                     params(in.numel() * getSize(), root));
+                                     [&] { return params(in.numel() * getSize(), root); });
   return launch(c10d::OpType::GATHER, op,
                 callPrint(algo::Method::kGather, dtype, in.numel(), nullptr, root), {in}, outs,
                 bytesOf(in) * getSize(), opTimeout(opts.timeout),
@@ -119,7 +119,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::scatter(
     checks::sameDevice(op, ins[i], c10::str("input ", i), out, "the output");
   }
   const algo::Prepared a = algorithm(op, algo::Collective::kScatter, bytesOf(out) * getSize(),
-                                     out, params(out.numel() * getSize(), root));
+                                     out, [&] { return params(out.numel() * getSize(), root); });
   return launch(c10d::OpType::SCATTER, op,
                 callPrint(algo::Method::kScatter, dtype, out.numel(), nullptr, root), ins,
                 {out}, bytesOf(out) * getSize(), opTimeout(opts.timeout),
@@ -164,7 +164,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall_base(
       checks::splitCounts(op, out, "output", outputSplitSizes, getSize());
   checks::selfBlock(op, sendCounts[getRank()], recvCounts[getRank()], getRank());
   const algo::Prepared a = algorithm(op, algo::Collective::kAlltoall, bytesOf(in), in,
-                                     algo::alltoallParams(params(0), sendCounts, recvCounts));
+                                     [&] { return algo::alltoallParams(params(0), sendCounts, recvCounts); });
   return launch(c10d::OpType::ALLTOALL_BASE, op, callPrint(algo::Method::kAlltoallBase, dtype, 0),
                 {in}, {out}, bytesOf(in) + bytesOf(out), opTimeout(opts.timeout),
                 [this, a, out, in, dtype, sendCounts, recvCounts](algo::Executor& ex) {
@@ -213,7 +213,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::alltoall(std::vector<at::Tensor>
   size_t sent = 0;
   for (const auto& t : ins) sent += bytesOf(t);
   const algo::Prepared a = algorithm(op, algo::Collective::kAlltoall, sent, ins[0],
-                                     algo::alltoallParams(params(0), sendCounts, recvCounts));
+                                     [&] { return algo::alltoallParams(params(0), sendCounts, recvCounts); });
   return launch(c10d::OpType::ALLTOALL, op, callPrint(algo::Method::kAlltoall, dtype, 0), ins,
                 outs, bytes, opTimeout(opts.timeout),
                 [this, a, ins, outs, dtype, sendCounts, recvCounts](algo::Executor& ex) {

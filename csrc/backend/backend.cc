@@ -351,9 +351,8 @@ algo::Params RingcollBackend::params(size_t n, int root) const {
   return prm;
 }
 
-algo::Prepared RingcollBackend::algorithm(const char* op, algo::Collective c, size_t bytes,
-                                          const at::Tensor& like,
-                                          const algo::Params& prm) const {
+const algo::Algorithm& RingcollBackend::choose(const char* op, algo::Collective c,
+                                               size_t bytes, const at::Tensor& like) const {
   algo::Choice choice;
   try {
     // The emulation of the stream path stands for CUDA in CI: it runs CUDA's choice.
@@ -364,8 +363,11 @@ algo::Prepared RingcollBackend::algorithm(const char* op, algo::Collective c, si
     TORCH_CHECK(false, "ringcoll::", op, ": ", e.what());
   }
   if (knobs_.debug) logChoice(op, bytes, choice.algorithm->name.c_str(), choice.why.c_str());
-  const algo::Algorithm& a = *choice.algorithm;
-  if (!a.prepare) return algo::Prepared(algo::Prepared(), &a);  // not owned: no count kept
+  return *choice.algorithm;
+}
+
+algo::Prepared RingcollBackend::prepare(const algo::Algorithm& a, algo::Collective c,
+                                        const algo::Params& prm) {
   try {
     return a.prepare(c, prm);
   } catch (const std::exception& e) {

@@ -277,17 +277,29 @@ class RingcollBackend final : public c10d::Backend {
   // The algorithm RINGCOLL_ALGO selects for collective c over `bytes` bytes, logged
   // with the reason under RINGCOLL_DEBUG; a "ringcoll::<op>:" error if it does not
   // provide c. `like`: a tensor of the call; CUDA tensors use RINGCOLL_GPU_ALGO's
-  // selection. `prm`: the Params the call's job builds its schedule with (the
-  // body's params(...)), for an algorithm written in Python, which is prepared here,
-  // on the calling thread (schedules/registry.h: Algorithm::prepare); a built-in
-  // one is returned as the registry entry (which lives for the whole process) and
-  // `prm` is not read. A Python algorithm that raises or whose schedule the checker
-  // refuses gives an algorithm whose builder throws that error in the body: the
-  // call then fails on this rank and breaks the group, and the other ranks, which
-  // entered the collective, learn why from the group's store (launchCpu's and
-  // StreamPath::launch's rule for a body that throws).
+  // selection. `makeParams()`: the Params the call's job builds its schedule with
+  // (the body's params(...)), for an algorithm written in Python, which is prepared
+  // here, on the calling thread (schedules/registry.h: Algorithm::prepare); a
+  // built-in one is returned as the registry entry (which lives for the whole
+  // process) and no Params are made (they copy the ring order and hosts). A Python
+  // algorithm that raises or whose schedule the checker refuses gives an algorithm
+  // whose builder throws that error in the body: the call then fails on this rank
+  // and breaks the group, and the other ranks, which entered the collective, learn
+  // why from the group's store (launchCpu's and StreamPath::launch's rule for a
+  // body that throws).
+  template <typename MakeParams>
   algo::Prepared algorithm(const char* op, algo::Collective c, size_t bytes,
-                           const at::Tensor& like, const algo::Params& prm) const;
+                           const at::Tensor& like, MakeParams&& makeParams) const {
+    const algo::Algorithm& a = choose(op, c, bytes, like);
+    if (!a.prepare) return algo::Prepared(algo::Prepared(), &a);  // not owned: no count kept
+    return prepare(a, c, makeParams());
+  }
+  // algorithm()'s two halves: the selection (and its debug line), and the
+  // preparation of an algorithm written in Python.
+  const algo::Algorithm& choose(const char* op, algo::Collective c, size_t bytes,
+                                const at::Tensor& like) const;
+  static algo::Prepared prepare(const algo::Algorithm& a, algo::Collective c,
+                                const algo::Params& prm);
   // A flat working buffer of `numel` elements like `like` (dtype, device). On CPU it
   // is memory reused from one collective to the next: a fresh allocation of tens of
   // MiB costs page faults and zeroing on every call (a 32 MiB clone took 12 ms here,
