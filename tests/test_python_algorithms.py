@@ -564,10 +564,13 @@ def test_a_name_defined_again_is_what_the_tools_read():
     # (a ring either way round: a correct algorithm left registered in this process)
     register("pyagain", "all_reduce")(pyring.all_reduce)
     before = list(model.terms("pyagain", "all_reduce", 3, 1 << 12, "shm", model.load()))
+    model.terms("pyagain", "all_reduce", 3, 1 << 12, "nccl", model.load())  # GPU: layers
+    assert model.layers_of.cache_info().currsize > 0
     register("pyagain", "all_reduce")(_reversed_ring)
     assert check.schedules("pyagain", "all_reduce", 3, 9) != check.schedules("pyring",
                                                                              "all_reduce", 3, 9)
     assert model.transfers.cache_info().currsize == 0  # the old tables are gone
+    assert model.layers_of.cache_info().currsize == 0
     after = list(model.terms("pyagain", "all_reduce", 3, 1 << 12, "shm", model.load()))
     assert after == before  # the same counts: the ring either way round
 

@@ -352,10 +352,6 @@ def register(name: str, collective: str, *, summary: str | None = None
     afterwards. `summary`: one line for listings (default: the function's
     docstring's first line). Returns the function unchanged."""
     coll = _torch_name(collective)
-    if _C.is_builtin(name):
-        builtin = [a for a in _C.algorithms() if _C.is_builtin(a)]
-        raise ValueError(f"'{name}' is a built-in algorithm: give yours another name "
-                         f"(built-in: {', '.join(builtin)})")
 
     def add(fn):
         old = _DEFINED.get(name)
@@ -369,6 +365,7 @@ def register(name: str, collective: str, *, summary: str | None = None
         model = sys.modules.get("ringcoll.model")
         if model is not None:  # its cached tables may hold an earlier definition's
             model.transfers.cache_clear()
+            model.layers_of.cache_clear()
         return fn
 
     return add
