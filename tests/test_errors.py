@@ -115,6 +115,9 @@ def test_bad_inputs_raise_on_every_rank(transport):
     ({"RINGCOLL_NCCL_BLOCKING": "maybe"},
      ["RINGCOLL_NCCL_BLOCKING", "maybe", "connected, 0, 1"]),
     ({"RINGCOLL_STOP_LATCH_BYTES": "1G"}, ["RINGCOLL_STOP_LATCH_BYTES", "1G", ">= 0"]),
+    ({"RINGCOLL_MAX_BATCHES_IN_FLIGHT": "many"},
+     ["RINGCOLL_MAX_BATCHES_IN_FLIGHT", "many", "whole number of batches >= 0"]),
+    ({"RINGCOLL_STREAM_DELAY_US": "-5"}, ["RINGCOLL_STREAM_DELAY_US", "whole number of microseconds"]),
 ])
 def test_bad_knob_values(overrides, fragments, monkeypatch):
     with pytest.raises(RuntimeError) as err:

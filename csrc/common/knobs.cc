@@ -93,12 +93,14 @@ bool isKnown(const std::string& name) {
   return false;
 }
 
-size_t parseBytes(const std::string& name, const std::string& value, long long min) {
+// A whole number >= min of `unit` (the error names it).
+size_t parseWhole(const std::string& name, const std::string& value, long long min,
+                  const char* unit = "bytes") {
   char* end = nullptr;
   errno = 0;
   const long long v = std::strtoll(value.c_str(), &end, 10);
   RC_CHECK_ARG(!value.empty() && errno == 0 && end && *end == '\0' && v >= min, name, "='",
-               value, "' is not a whole number of bytes >= ", min);
+               value, "' is not a whole number of ", unit, " >= ", min);
   return static_cast<size_t>(v);
 }
 
@@ -119,11 +121,11 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
     k.transport = value;
   } else if (name == "RINGCOLL_CHUNK_BYTES") {
     // Below 64 bytes a segment would not hold one float64 pair of 16-byte packs.
-    k.chunkBytes = parseBytes(name, value, static_cast<long long>(Knobs::kMinChunkBytes));
+    k.chunkBytes = parseWhole(name, value, static_cast<long long>(Knobs::kMinChunkBytes));
   } else if (name == "RINGCOLL_GPU_CHUNK_BYTES") {
-    k.gpuChunkBytes = parseBytes(name, value, static_cast<long long>(Knobs::kMinChunkBytes));
+    k.gpuChunkBytes = parseWhole(name, value, static_cast<long long>(Knobs::kMinChunkBytes));
   } else if (name == "RINGCOLL_STOP_LATCH_BYTES") {
-    k.stopLatchBytes = parseBytes(name, value, 0);
+    k.stopLatchBytes = parseWhole(name, value, 0);
   } else if (name == "RINGCOLL_GPU_FINGERPRINT") {
     k.gpuFingerprint = parseBool(name, value);
   } else if (name == "RINGCOLL_NCCL_BLOCKING") {
@@ -146,15 +148,15 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
   } else if (name == "RINGCOLL_GPU_ALGO") {
     k.gpuAlgo = value;
   } else if (name == "RINGCOLL_MAX_BATCHES_IN_FLIGHT") {
-    k.maxBatchesInFlight = parseBytes(name, value, 0);
+    k.maxBatchesInFlight = parseWhole(name, value, 0, "batches");
   } else if (name == "RINGCOLL_STREAM_FAIL_AFTER") {
-    k.streamFailAfter = parseBytes(name, value, 0);
+    k.streamFailAfter = parseWhole(name, value, 0, "batches");
   } else if (name == "RINGCOLL_STREAM_DELAY_US") {
-    k.streamDelayUs = static_cast<uint32_t>(parseBytes(name, value, 0));
+    k.streamDelayUs = static_cast<uint32_t>(parseWhole(name, value, 0, "microseconds"));
   } else if (name == "RINGCOLL_INLINE_BYTES") {
-    k.inlineBytes = parseBytes(name, value, 0);
+    k.inlineBytes = parseWhole(name, value, 0);
   } else if (name == "RINGCOLL_SMALL_BYTES") {
-    k.smallBytes = parseBytes(name, value, 0);
+    k.smallBytes = parseWhole(name, value, 0);
   } else if (name == "RINGCOLL_HOST") {
     k.host = value;
   } else if (name == "RINGCOLL_DEBUG") {
