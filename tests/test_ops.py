@@ -76,7 +76,8 @@ class _Logged(torch.Tensor):
 def two_paths(rank, p):
     """In eager code all_reduce_ skips torch's dispatcher only where the dispatcher
     would do nothing but run the kernel (ringcoll/ops.py, _C.all_reduce_eager): a mode,
-    a subclass, autograd, inference mode or a conjugate view go through the op, and
+    a subclass, autograd, inference mode or a conjugate or negative view go through
+    the op, and
     both ways give the exact sum and bump the version once."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -106,7 +107,8 @@ def two_paths(rank, p):
             f.append(f"{label}: eager entry took it: {took}, expected {eager}")
         if out is not x:
             f.append(f"{label}: does not return its argument")
-        got = torch.view_as_real(x.resolve_conj()) if x.is_complex() else x.detach()
+        got = x.detach().resolve_conj().resolve_neg()
+        got = torch.view_as_real(got) if got.is_complex() else got
         want = torch.full_like(got, total)
         if not torch.equal(got, want):
             f.append(f"{label}: {got.tolist()} != {want.tolist()}")
@@ -143,6 +145,8 @@ def two_paths(rank, p):
     one("profiler", ones(), False, Profiled, "ringcoll::all_reduce_")
     conj = lambda: torch.full((3,), complex(rank + 1, -(rank + 1))).conj()  # noqa: E731
     one("conjugate view", conj, False)
+    neg = lambda: torch.full((3,), complex(0, -(rank + 1))).conj().imag  # noqa: E731
+    one("negative view", neg, False)
 
     _Logged.seen = []
     y = torch.full((3,), float(rank + 1)).as_subclass(_Logged)
@@ -166,6 +170,33 @@ class _nothing:
 
 def test_eager_entry_and_the_dispatcher_agree():
     mp.run_checks(3, two_paths)
+
+
+def views_with_math_bits(rank, p, rounds):
+    """Conjugate and negative views, reduced many times with allocations between: torch's
+    fallback for those bits, which the op once used, read past the end of the
+    dispatcher's stack for an op that returns nothing and corrupted the heap; it
+    showed as an abort in malloc a few calls later, so one call proves nothing."""
+    f = []
+    total = float(p * (p + 1) // 2)
+    for i in range(rounds):
+        c = torch.full((i % 7 + 1,), complex(rank + 1, -(rank + 1))).conj()
+        ringcoll.ops.all_reduce_(c)
+        n = torch.full((i % 5 + 1,), complex(0, -(rank + 1))).conj().imag
+        ringcoll.ops.all_reduce_(n)
+        if not (c.is_conj() and n.is_neg()):
+            f.append(f"round {i}: the views lost their bits: {c.is_conj()}, {n.is_neg()}")
+        if not torch.equal(torch.view_as_real(c.resolve_conj()), torch.full((c.numel(), 2), total)):
+            f.append(f"round {i}: conjugate view: {c.resolve_conj().tolist()}")
+        if not torch.equal(n.resolve_neg(), torch.full_like(n.resolve_neg(), total)):
+            f.append(f"round {i}: negative view: {n.resolve_neg().tolist()}")
+        [torch.empty(k) for k in range(1, 9)]  # allocations that trip over a corrupted heap
+    return f[:5]
+
+
+@pytest.mark.parametrize("p", [1, 2])
+def test_conjugate_and_negative_views_reduce_right_and_leave_the_heap_whole(p):
+    mp.run_checks(p, views_with_math_bits, 1000)
 
 
 def compiled_matches(rank, p, backend):

@@ -98,6 +98,25 @@ void allReduceBumpingVersion(c10::DispatchKeySet keys, at::Tensor& tensor,
   if (!tensor.is_inference()) torch::autograd::increment_version(tensor);
 }
 
+// A conjugate or negative view (x.conj(), x.conj().imag): torch's fallback for those
+// bits (ATen's MathBitsFallback) reads an in-place op's result from the stack's first
+// return, which this op, returning nothing, does not have: it read past the stack's
+// end and corrupted the heap ("malloc(): unsorted double linked list corrupted" some
+// calls later). So the op resolves the bits itself, as the fallback would: it reduces
+// a materialized copy of the values the view shows, then writes them back through the
+// view (copy_ applies its bits). Reached below ADInplaceOrView, so neither the copy
+// nor the write bumps the version again.
+void allReduceResolvingBits(c10::DispatchKeySet keys, at::Tensor& tensor,
+                            const std::string& groupName) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("ringcoll::all_reduce_", "")
+                             .typed<void(at::Tensor&, const std::string&)>();
+  at::Tensor values = tensor.resolve_conj().resolve_neg();
+  op.redispatch(keys.remove(c10::DispatchKey::Conjugate).remove(c10::DispatchKey::Negative),
+                values, groupName);
+  tensor.copy_(values);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(ringcoll, m) {
@@ -109,6 +128,8 @@ TORCH_LIBRARY_IMPL(ringcoll, CUDA, m) { m.impl("all_reduce_", &allReduceKernel);
 TORCH_LIBRARY_IMPL(ringcoll, ADInplaceOrView, m) {
   m.impl("all_reduce_", &allReduceBumpingVersion);
 }
+TORCH_LIBRARY_IMPL(ringcoll, Conjugate, m) { m.impl("all_reduce_", &allReduceResolvingBits); }
+TORCH_LIBRARY_IMPL(ringcoll, Negative, m) { m.impl("all_reduce_", &allReduceResolvingBits); }
 TORCH_LIBRARY_IMPL(ringcoll, Meta, m) {
   m.impl("all_reduce_", [](at::Tensor&, const std::string&) {});
 }
