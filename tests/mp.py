@@ -28,6 +28,7 @@ import io
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
+import signal
 import tempfile
 import time
 import traceback
@@ -100,6 +101,12 @@ def _child(rank, world_size, store_path, fn, args, conn, init_backend, pg_timeou
     # A rank still running shortly before the parent kills it prints every thread's
     # Python stack to stderr (pytest shows it with the failure): a hang says where.
     faulthandler.dump_traceback_later(dump_after_s, exit=False)
+    # A rank that dies of a signal (an abort in malloc, a segfault) writes its threads'
+    # Python stacks to a file the parent puts in the failure's message: CI's summary
+    # shows that message, not the rank's stderr.
+    global _FATAL
+    _FATAL = open(_fatal_path(store_path, rank), "w")
+    faulthandler.enable(file=_FATAL, all_threads=True)
     try:
         import torch
         import torch.distributed as dist
@@ -139,6 +146,31 @@ def _child(rank, world_size, store_path, fn, args, conn, init_backend, pg_timeou
         # test's own os._exit (a rank's hard death) stays hard.
         if forked_from is not None:
             os._exit = _exit_as_spawned
+
+
+_FATAL = None  # a rank's file for faulthandler's report of a fatal signal (_child)
+
+
+def _fatal_path(store_path, rank):
+    return os.path.join(os.path.dirname(store_path), f"fatal-{rank}")
+
+
+def _died(rank, exitcode, store_path):
+    """What the parent says of a rank that exited without reporting: its exit code or
+    signal, and its Python stacks when a fatal signal killed it (_child)."""
+    how = f"exited with code {exitcode}"
+    if exitcode is not None and exitcode < 0:
+        try:
+            how = f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            pass
+    try:
+        with open(_fatal_path(store_path, rank)) as f:
+            stacks = f.read().strip()
+    except OSError:
+        stacks = ""
+    return (f"rank {rank} {how} without reporting"
+            + (f"; its Python stacks at the signal:\n{stacks}" if stacks else ""))
 
 
 def _threads_of(pid, native=True):
@@ -240,8 +272,7 @@ def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
                         if r not in outcomes:  # died without a word (a kill, os._exit)
                             procs[r].join(timeout=5)
                             outcomes[r] = (("exited", None) if r in may_exit else
-                                           ("error", f"rank {r} exited with code "
-                                                     f"{procs[r].exitcode} without reporting"))
+                                           ("error", _died(r, procs[r].exitcode, store_path)))
                         continue
                     if status == "error" or r not in outcomes:
                         outcomes[r] = (status, payload)

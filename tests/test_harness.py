@@ -39,6 +39,12 @@ def dies_on_last(rank, p):
     return rank
 
 
+def aborts_on_last(rank, p):
+    if rank == p - 1:
+        os.abort()  # as glibc does when it finds the heap corrupted
+    return rank
+
+
 def test_results_come_home():
     assert mp.run_world(3, returns_rank, init_backend=None, timeout=60) == [0, 10, 20]
 
@@ -67,3 +73,11 @@ def test_silent_death_is_named():
     with pytest.raises(AssertionError, match=r"rank 1 exited with code 3 without reporting"):
         mp.run_world(2, dies_on_last, init_backend=None, timeout=60)
     assert mp.run_world(2, dies_on_last, init_backend=None, timeout=60, may_exit={1}) == [0, None]
+
+
+def test_death_by_a_signal_names_it_and_where():
+    """CI's summary shows the failure's message, not the rank's stderr: a rank killed by
+    a signal says which, and the Python line it was on."""
+    with pytest.raises(AssertionError, match=r"(?s)rank 1 was killed by SIGABRT without "
+                                             r"reporting; its Python stacks.*aborts_on_last"):
+        mp.run_world(2, aborts_on_last, init_backend=None, timeout=60)
