@@ -81,14 +81,19 @@ void allReduceKernel(at::Tensor& tensor, const std::string& groupName) {
                    *backendOf("ringcoll.ops.all_reduce_", groupName, tensor.device().type()));
 }
 
+// The op's handle, for the kernels below that redispatch it.
+c10::TypedOperatorHandle<void(at::Tensor&, const std::string&)> theOp() {
+  return c10::Dispatcher::singleton()
+      .findSchemaOrThrow("ringcoll::all_reduce_", "")
+      .typed<void(at::Tensor&, const std::string&)>();
+}
+
 // The op writes its argument, so it bumps the tensor's version as torch's own in-place
 // ops do (autograd then refuses a backward through a value it overwrote); torch
 // registers no such step for an op defined here. The eager entry does the same.
 void allReduceBumpingVersion(c10::DispatchKeySet keys, at::Tensor& tensor,
                              const std::string& groupName) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("ringcoll::all_reduce_", "")
-                             .typed<void(at::Tensor&, const std::string&)>();
+  static const auto op = theOp();
   {
     at::AutoDispatchBelowADInplaceOrView below;
     op.redispatch(keys & c10::after_ADInplaceOrView_keyset, tensor, groupName);
@@ -108,9 +113,7 @@ void allReduceBumpingVersion(c10::DispatchKeySet keys, at::Tensor& tensor,
 // nor the write bumps the version again.
 void allReduceResolvingBits(c10::DispatchKeySet keys, at::Tensor& tensor,
                             const std::string& groupName) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("ringcoll::all_reduce_", "")
-                             .typed<void(at::Tensor&, const std::string&)>();
+  static const auto op = theOp();
   at::Tensor values = tensor.resolve_conj().resolve_neg();
   op.redispatch(keys.remove(c10::DispatchKey::Conjugate).remove(c10::DispatchKey::Negative),
                 values, groupName);
