@@ -70,6 +70,7 @@ def _call(row, rank, p):
 def row_world(rank, p, row):
     written, call = _call(row, rank, p)
     before = written.clone()
+    refs = written._use_count()
     dist.barrier(group=mp.GLOO)  # both ranks start the call together
     t0 = time.monotonic()
     try:
@@ -84,13 +85,20 @@ def row_world(rank, p, row):
         after = "no error"
     except Exception as e:  # noqa: BLE001
         after = str(e)
-    return {"msg": msg, "kind": kind, "elapsed": elapsed, "after": after,
-            "intact": torch.equal(written, before)}
+    # The failed call's memory stays referenced by the backend until the group is
+    # destroyed (a gloo send of it may still be pending), then it is let go.
+    kept = written._use_count() - refs
+    intact = torch.equal(written, before)
+    dist.destroy_process_group()
+    return {"msg": msg, "kind": kind, "elapsed": elapsed, "after": after, "intact": intact,
+            "kept": kept, "kept_after_destroy": written._use_count() - refs}
 
 
-def check_disagreement(res, row, intact=True):
+def check_disagreement(res, row, intact=True, kept=True):
     """Every rank of row_world's result raised naming both calls within a second,
-    left the group unusable (saying why) and, with `intact`, wrote nothing."""
+    left the group unusable (saying why) and, with `intact`, wrote nothing; with
+    `kept` (the CPU path), the backend held the call's tensor until the group was
+    destroyed, and no longer."""
     desc0, desc1 = ROWS[row]
     for rank, r in enumerate(res):
         msg = r["msg"]
@@ -102,6 +110,9 @@ def check_disagreement(res, row, intact=True):
             assert r["intact"], f"rank {rank} wrote its output before the error: {msg}"
         assert "unusable after an earlier failure" in r["after"], (rank, r["after"])
         assert "ranks disagree" in r["after"], (rank, r["after"])
+        if kept:
+            assert r["kept"] > 0, f"rank {rank} let the failed call's tensor go: {r}"
+        assert r["kept_after_destroy"] == 0, f"rank {rank} kept the tensor after destroy: {r}"
 
 
 @pytest.mark.parametrize("row", list(ROWS))

@@ -236,18 +236,32 @@ void RingcollBackend::stop(Stop how) {
     // No CPU launch runs past this point (cpuMutex_); later ones see stop_.
     std::unique_lock<std::shared_mutex> cpu(cpuMutex_);
     worker_.reset();
-    // The paths end (a launch still running holds its own reference) before the
-    // host transport they may ride on.
+    // The paths end before the host transport the emulated ones ride on. A launch
+    // still running in another thread holds its own reference to its path: such a
+    // path is aborted here, so that its device stops using the host transport
+    // (transfers aborted and drained; later batches skip it) before that goes.
+    const std::weak_ptr<StreamPath> onHost[] = {stream, p2pStream};
     cuda.reset();
     stream.reset();
     p2pCuda.reset();
     p2pStream.reset();
+    for (const auto& held : onHost) {
+      if (auto path = held.lock()) {
+        path->abort(how == Stop::kAbort ? "the process group was aborted (abort())"
+                                        : "the process group was shut down "
+                                          "(destroy_process_group) while a call was launching");
+      }
+    }
     p2pStreamHost_.reset();
     // Nothing runs on them any more: unmap the shared memory, close the lanes. The
     // transport goes first: a send still pending in gloo (the peer has not posted
     // its receive yet) reads the executor's header memory until its lane drops it,
     // and a peer that received freed bytes would report a garbled header.
     transport_.reset();
+    {
+      std::lock_guard<std::mutex> lock(keptMutex_);
+      kept_.clear();  // no transport operation refers to it any more
+    }
     executor_.reset();
     // The gloo group under the transports goes too, here and not as a member after
     // the destructor's body: ~ProcessGroupGloo joins its threads, which must not
@@ -283,6 +297,19 @@ void RingcollBackend::markBroken(const std::string& why) {
   std::lock_guard<std::mutex> lock(brokenMutex_);
   if (brokenWhy_.empty()) brokenWhy_ = why;
   broken_.store(true, std::memory_order_release);
+}
+
+void RingcollBackend::keepAfterFailure(CpuTask& t) {
+  if (!t.exec) return;  // nothing was started, so nothing was posted
+  struct Kept {
+    Body body;
+    std::optional<Staged> staged;
+    std::unique_ptr<algo::Run> exec;
+  };
+  auto kept = std::make_shared<Kept>(
+      Kept{std::move(t.body), std::move(t.staged), std::move(t.exec)});
+  std::lock_guard<std::mutex> lock(keptMutex_);
+  kept_.push_back(std::move(kept));
 }
 
 void RingcollBackend::checkInterrupts(CpuTask& t) {
@@ -630,6 +657,7 @@ bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
       }
     }
     markBroken(msg);
+    keepAfterFailure(t);
     if (mismatch || (!reported && !e.timedOut() && e.peer() >= 0)) {
       // Tell the other ranks (checkInterrupts): those that exchanged no header with
       // the disagreeing ones, and those that wait on a rank that waited on a peer
@@ -649,6 +677,7 @@ bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
     if (e.timedOut()) runFailureHooks();
   } catch (...) {
     FlightRecorder::get().failed(t.fr, -1);
+    keepAfterFailure(t);
     t.work->finishWithError(std::current_exception());
   }
   return true;

@@ -258,6 +258,13 @@ class RingcollBackend final : public c10d::Backend {
   // The first failure of this group, as this rank saw or learnt it; "" if none.
   std::string brokenReason();
   void markBroken(const std::string& why);
+  // Keeps the memory a failed CPU collective gave its transport (the user's tensors,
+  // which its body captured; working copies and scratch, in its staged job and its
+  // run) until stop() has closed the transport. A gloo send or receive of a failed
+  // call can still be pending (its peer has not posted the other side); gloo reads
+  // or writes that memory when the peer does, so it must not be freed before the
+  // transport drops those operations, whatever the caller does with the tensors.
+  void keepAfterFailure(CpuTask& task);
   enum class Stop : int { kRunning = 0, kShutdown = 1, kAbort = 2 };
   void stop(Stop how);
   // Whether a CPU collective over a buffer of `bytes` (reducing by `red`, or
@@ -408,6 +415,8 @@ class RingcollBackend final : public c10d::Backend {
   std::mutex brokenMutex_;
   std::string brokenWhy_;  // the first peer failure, once there was one (brokenMutex_)
   std::atomic<bool> broken_{false};  // brokenWhy_ is set: every later call fails at once
+  std::mutex keptMutex_;
+  std::vector<std::shared_ptr<void>> kept_;  // keepAfterFailure's, freed by stop()
 
   std::atomic<int> stop_{0};  // a Stop
   // The stream paths (stream_path.h): CUDA tensors' (created by the first CUDA
