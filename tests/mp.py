@@ -60,7 +60,11 @@ def _exit_as_spawned(code):
     """A forked rank's os._exit: a rank ends with os._exit after a fork but with
     sys.exit when spawned, and only the latter runs atexit handlers and C++ static
     destructors. A hang or crash there is a bug the harness must name (EXIT_GRACE_S),
-    so a forked rank runs them too before it exits."""
+    so a forked rank runs them too before it exits. libc's exit is called with the
+    GIL held (PyDLL; CDLL releases it): a destructor or handler that touches Python
+    (one does in test_fsdp2's ranks) would otherwise die in PyThreadState_Get, which
+    a spawned rank, whose destructors run after the interpreter finalized, never
+    does."""
     import atexit
     import ctypes
     import sys
@@ -68,7 +72,7 @@ def _exit_as_spawned(code):
     sys.stdout.flush()
     sys.stderr.flush()
     atexit._run_exitfuncs()
-    ctypes.CDLL(None).exit(code)
+    ctypes.PyDLL(None).exit(code)
 
 
 def _same_output_as(parent):
@@ -155,9 +159,10 @@ def _fatal_path(store_path, rank):
     return os.path.join(os.path.dirname(store_path), f"fatal-{rank}")
 
 
-def _died(rank, exitcode, store_path):
-    """What the parent says of a rank that exited without reporting: its exit code or
-    signal, and its Python stacks when a fatal signal killed it (_child)."""
+def _died(rank, exitcode, store_path, when="without reporting"):
+    """What the parent says of a rank that exited without reporting (or, `when`, at
+    another moment): its exit code or signal, and its Python stacks when a fatal
+    signal killed it (_child)."""
     how = f"exited with code {exitcode}"
     if exitcode is not None and exitcode < 0:
         try:
@@ -169,7 +174,7 @@ def _died(rank, exitcode, store_path):
             stacks = f.read().strip()
     except OSError:
         stacks = ""
-    return (f"rank {rank} {how} without reporting"
+    return (f"rank {rank} {how} {when}"
             + (f"; its Python stacks at the signal:\n{stacks}" if stacks else ""))
 
 
@@ -234,6 +239,7 @@ def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
         env["RINGCOLL_TRANSPORT"] = transport
     outcomes = {}  # rank -> (status, payload); a later "error" (teardown) replaces "ok"
     late = []  # ranks that reported but did not exit
+    crashed = []  # ranks that reported success, then died of a signal or exited non-zero
     stuck = {}  # rank -> its threads as the kernel saw them before the kill
     with tempfile.TemporaryDirectory(prefix="ringcoll-test-") as tmp:
         store_path = os.path.join(tmp, "store")
@@ -299,6 +305,13 @@ def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
                     stuck[r] = _threads_of(p.pid, native=len(stuck) < 2)  # gdb: seconds
                 p.kill()
                 p.join()
+            elif (outcomes.get(r, ("",))[0] == "ok" and r not in may_exit
+                  and p.exitcode not in (0, None)):
+                # A crash in destroy_process_group or at exit (a use-after-free in
+                # teardown, say) fails the test even though the result came home.
+                crashed.append(_died(r, p.exitcode, store_path,
+                                     "after it returned its result (in destroy_process_group "
+                                     "or at exit)"))
         for conn in open_readers:
             conn.close()
     missing = [r for r in range(world_size) if r not in outcomes]
@@ -309,6 +322,7 @@ def run_world(world_size, fn, *args, timeout=180, init_backend="ringcoll",
     if late:
         errors.append(f"ranks {late} returned but did not exit within {exit_grace_s} s "
                       "(a hang in destroy_process_group or at exit) and were killed")
+    errors += crashed
     if missing or late:
         errors += [f"--- rank {r}'s threads (its Python stacks are on stderr) ---\n{t}"
                    for r, t in sorted(stuck.items())]

@@ -45,6 +45,12 @@ def aborts_on_last(rank, p):
     return rank
 
 
+def aborts_at_exit_on_last(rank, p):
+    if rank == p - 1:
+        atexit.register(os.abort)  # a crash in teardown, after the result went home
+    return rank
+
+
 def test_results_come_home():
     assert mp.run_world(3, returns_rank, init_backend=None, timeout=60) == [0, 10, 20]
 
@@ -81,3 +87,11 @@ def test_death_by_a_signal_names_it_and_where():
     with pytest.raises(AssertionError, match=r"(?s)rank 1 was killed by SIGABRT without "
                                              r"reporting; its Python stacks.*aborts_on_last"):
         mp.run_world(2, aborts_on_last, init_backend=None, timeout=60)
+
+
+def test_a_crash_after_the_result_is_named():
+    """A rank that returned its result and then crashed (in destroy_process_group, at
+    exit) fails the world: the harness checks every rank's exit, not only its report."""
+    with pytest.raises(AssertionError, match=r"rank 1 was killed by SIGABRT after it "
+                                             r"returned its result"):
+        mp.run_world(2, aborts_at_exit_on_last, init_backend=None, timeout=60)

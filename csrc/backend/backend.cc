@@ -218,6 +218,10 @@ void RingcollBackend::stop(Stop how) {
   // while joining, or the two threads deadlock. The worker's tasks see stop_ within
   // kReportPoll and fail (queued ones at once), so the join is prompt.
   auto join = [this, how] {
+    // One stop at a time: abort() from another thread may still be aborting a path
+    // (waiting for its running batch) when destroy_process_group's shutdown() comes;
+    // the second must not free the transport under the first.
+    std::lock_guard<std::mutex> stopping(stopMutex_);
     if (pointToPoint_) {
       pointToPoint_->stop(how == Stop::kAbort ? P2PEngine::Stop::kAbort
                                               : P2PEngine::Stop::kShutdown);

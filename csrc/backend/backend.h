@@ -415,6 +415,7 @@ class RingcollBackend final : public c10d::Backend {
   std::mutex brokenMutex_;
   std::string brokenWhy_;  // the first peer failure, once there was one (brokenMutex_)
   std::atomic<bool> broken_{false};  // brokenWhy_ is set: every later call fails at once
+  std::mutex stopMutex_;  // held by stop() while it tears down: one at a time
   std::mutex keptMutex_;
   std::vector<std::shared_ptr<void>> kept_;  // keepAfterFailure's, freed by stop()
 
