@@ -241,19 +241,20 @@ void RingcollBackend::stop(Stop how) {
     std::unique_lock<std::shared_mutex> cpu(cpuMutex_);
     worker_.reset();
     // The paths end before the host transport the emulated ones ride on. A launch
-    // still running in another thread holds its own reference to its path: such a
-    // path is aborted here, so that its device stops using the host transport
-    // (transfers aborted and drained; later batches skip it) before that goes.
+    // still running in another thread holds its own reference to its path: on
+    // shutdown such a path is aborted here (abort() did it above), so that its
+    // device stops using the host transport (transfers aborted and drained; later
+    // batches throw before they touch it) before that goes.
     const std::weak_ptr<StreamPath> onHost[] = {stream, p2pStream};
     cuda.reset();
     stream.reset();
     p2pCuda.reset();
     p2pStream.reset();
     for (const auto& held : onHost) {
-      if (auto path = held.lock()) {
-        path->abort(how == Stop::kAbort ? "the process group was aborted (abort())"
-                                        : "the process group was shut down "
-                                          "(destroy_process_group) while a call was launching");
+      auto path = held.lock();
+      if (path && how == Stop::kShutdown) {
+        path->abort("the process group was shut down (destroy_process_group) while a "
+                    "call was launching");
       }
     }
     p2pStreamHost_.reset();

@@ -89,10 +89,9 @@ std::string CpuStreamTransport::failure() const {
 
 void CpuStreamTransport::runBatchOnCompute(const std::vector<Post>& batch) {
   // After a failure it is skipped, as an NCCL kernel on a communicator in error;
-  // either way what is queued behind it waits for the abort. After an abort it is
-  // skipped too, without touching the host transport, which may be gone by then
-  // (the backend frees it once the path was aborted: backend.cc, stop()).
-  if (failure().empty() && !transfer_.error() && !transfer_.aborted()) {
+  // either way what is queued behind it waits for the abort. After an abort,
+  // runBatch throws before it touches the host transport.
+  if (failure().empty() && !transfer_.error()) {
     try {
       runBatch(batch);
       return;
