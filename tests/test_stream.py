@@ -461,11 +461,12 @@ def test_in_flight_bound_waits_for_room():
     assert res[1][0] and res[1][1] < 0.5, res[1]  # the late rank found its peer there
 
 
-def stalled_peer_world(rank, p, abort_after_s):
+def stalled_peer_world(rank, p, abort_after_s, stop="abort"):
     """Rank 1 stops calling; rank 0 issues async all-reduces until its launch waits
     for room (RINGCOLL_MAX_BATCHES_IN_FLIGHT=2). With `abort_after_s`, another thread
-    aborts the group then; without, nobody does. Returns what the launch that waited
-    raised, how many launches returned before it, and how long they all took."""
+    then aborts the group (`stop`: "abort") or shuts it down ("shutdown", as
+    destroy_process_group does); without, nobody does. Returns what the launch that
+    waited raised, how many launches returned before it, and how long they all took."""
     if rank == 1:
         dist.barrier(group=mp.GLOO)
         time.sleep(8)
@@ -473,7 +474,8 @@ def stalled_peer_world(rank, p, abort_after_s):
     dist.barrier(group=mp.GLOO)
     x = torch.ones(8)
     works, err = [], None
-    timer = threading.Timer(abort_after_s, dist.group.WORLD.abort) if abort_after_s else None
+    timer = (threading.Timer(abort_after_s, getattr(dist.group.WORLD, stop))
+             if abort_after_s else None)
     if timer:
         timer.start()
     t0 = time.monotonic()
@@ -500,6 +502,20 @@ def test_in_flight_bound_waits_and_can_be_aborted():
     assert 1 <= issued <= 2, (issued, err)
     assert err is not None and f"ringcoll::allreduce #{issued + 1}" in err and "abort" in err, err
     assert 0.9 < elapsed < 5, elapsed
+
+
+def test_in_flight_bound_waits_and_a_shutdown_ends_it():
+    """A shutdown from another thread while a launch waits for room: that launch
+    still holds its path, so stop() aborts the path before it frees the host
+    transport the emulated device rides on, and the launch raises saying so."""
+    res = mp.run_world(2, stalled_peer_world, 1.0, "shutdown", transport="stream",
+                       pg_timeout_s=60, timeout=120,
+                       env={"RINGCOLL_FINGERPRINT": "0", "RINGCOLL_MAX_BATCHES_IN_FLIGHT": "2"})
+    err, issued, elapsed = res[0]
+    assert 1 <= issued <= 2, (issued, err)
+    assert err is not None and f"ringcoll::allreduce #{issued + 1}" in err, err
+    assert "shut down (destroy_process_group) while a call was launching" in err, err
+    assert elapsed < 10, elapsed
 
 
 def test_in_flight_bound_times_out_naming_the_wait():
