@@ -56,6 +56,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import threading
 import traceback
 import zlib
 from dataclasses import dataclass
@@ -261,6 +262,7 @@ class _Definition:
     def __init__(self, name: str, summary: str, builders: dict):
         self.name, self.summary, self.builders = name, summary, dict(builders)
         self._prepared = collections.OrderedDict()
+        self._lock = threading.Lock()
 
     def schedule(self, collective: str, prm: Params) -> dict:
         """The user's schedule for prm, checked for form only."""
@@ -328,13 +330,22 @@ class _Definition:
         return _to_c(scheds[rank]), self._digest(scheds)
 
     def _remember(self, key, make):
-        got = self._prepared.get(key)
-        if got is None:
-            got = self._prepared[key] = make()
+        """The memo's entry for key, else make()'s (remembered). Threads that issue
+        collectives at once share the memo: its lock guards the lookup and the
+        insertion, never make() (the user's function runs unlocked: it may take
+        long, or call back into ringcoll); two threads that miss at once both make
+        the entry, and the later one's replaces the earlier (they are equal)."""
+        with self._lock:
+            got = self._prepared.get(key)
+            if got is not None:
+                self._prepared.move_to_end(key)
+                return got
+        got = make()
+        with self._lock:
+            self._prepared[key] = got
+            self._prepared.move_to_end(key)
             while len(self._prepared) > self._PREPARED:
                 self._prepared.popitem(last=False)
-        else:
-            self._prepared.move_to_end(key)
         return got
 
 
