@@ -158,6 +158,7 @@ def _tool(args, modules=MODULES):
 def test_command_lines_import_ringcoll_algo_modules():
     out = _tool(["ringcoll.check", "pyring", "--max-p", "4"])
     assert out.returncode == 0, out.stderr
+    assert "RuntimeWarning" not in out.stderr, out.stderr  # runpy's, when check ran twice
     assert "pyring (all_reduce, reduce_scatter, all_gather, barrier)" in out.stdout
     out = _tool(["ringcoll.sim", "--algo", "pyring", "--hosts", "2", "--per-host", "4",
                  "--size", "64K"])
@@ -223,6 +224,8 @@ def _mutated(how):
             steps[1][1] = type(steps[1][1])("recv_reduce", steps[1][1].peer, *steps[0][1][2:])
         elif how == "result":
             del steps[-1]
+        elif how == "deadlock" and prm.rank == 0:
+            steps.insert(0, [])  # rank 0's steps one later than its peers'
         elif how == "raises":
             return 1 // (prm.rank - prm.rank)
         elif how == "not_a_schedule":
@@ -239,6 +242,10 @@ BAD = {
     "sizes": "step 0: rank 0 sends sizes [2] to rank 1, which receives sizes [3]",
     "twice": "step 1 rank 0: element 6 from rank 2 counts ranks [2] twice",
     "result": "rank 0 at the end (after step 2): element",
+    "deadlock": "p=3 n=9: deadlock: rank 1 receives [0, 3) from rank 0 in step 0, but rank 0 "
+                "sends the transfer that pairs with it ([0, 3)) in step 1: a send and its "
+                "receive must be in one step (rank 0 in step 1 and rank 1 in step 0 would "
+                "each wait for the other",
     "raises": "for rank 0 (p=3, n=9): the function raised ZeroDivisionError: integer division",
     "not_a_schedule": "for rank 0 (p=3, n=9): the function returned list, not a",
     "bad_item": "for rank 0 (p=3, n=9) step 0: ('send', 1, 0, 1) is not send(peer, range)",
@@ -643,11 +650,72 @@ def test_the_docs_walk_shows_the_example_and_its_commands_run():
             continue
         out = subprocess.run(text, shell=True, capture_output=True, text=True, timeout=300,
                              env=env, cwd=REPO)
-        assert out.returncode == 0, (text, out.stderr)
+        refused = shown.startswith("FAILED:")  # the broken variant's step
+        assert out.returncode == (1 if refused else 0), (text, out.stderr)
+        assert "Warning" not in out.stderr, (text, out.stderr)  # runpy's, say
         for line in shown.splitlines():
-            assert line == "..." or line in out.stdout, (text, line, out.stdout)
+            printed = out.stderr if refused else out.stdout
+            assert line == "..." or line in printed, (text, line, printed)
         ran += 1
-    assert ran == 2
+    assert ran == 3
+
+
+def test_the_checker_imports_nothing_above_it():
+    """ringcoll.check is the lower room, the vocabulary (ringcoll.schedules) sits above
+    it: the checker imports none of it (they imported each other), and the package
+    does not import the checker as it loads (python -m ringcoll.check would run a
+    second copy of it, with runpy's RuntimeWarning)."""
+    import ast
+
+    tree = ast.parse((REPO / "ringcoll" / "check.py").read_text())
+    named = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            named |= {node.module or ""} | {f"{node.module or ''}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            named |= {a.name for a in node.names}
+    assert not [m for m in named if "schedules" in m], named
+    out = subprocess.run([sys.executable, "-c", "import sys, ringcoll; "
+                          "print('ringcoll.check' in sys.modules)"],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+_NOT_EDITABLE = """
+import os, runpy, sys
+
+# As after `pip install .`: no editable finder, the installed copy on sys.path, and
+# the checkout (the working directory) first, as `python -m` puts it.
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
+sys.path[0] = os.getcwd()
+sys.path.append(sys.argv[1])
+sys.argv = ["ringcoll.check"] + sys.argv[2:]
+runpy.run_module("ringcoll.check", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_the_walk_runs_in_a_checkout_beside_a_non_editable_install(tmp_path):
+    """From a checkout's root whose ringcoll/ has no built extension, with ringcoll
+    installed elsewhere (pip install .), `python -m ringcoll.check` runs the
+    installed copy's modules (it said "ringcoll's C++ extension is not built in
+    .../ringcoll"), with no warning."""
+    import shutil
+
+    ignore = shutil.ignore_patterns("__pycache__")
+    site, checkout = tmp_path / "site-packages", tmp_path / "checkout"
+    shutil.copytree(REPO / "ringcoll", site / "ringcoll", ignore=ignore)
+    shutil.copy(REPO / "ringcoll_autoload.py", site)
+    shutil.copytree(REPO / "ringcoll", checkout / "ringcoll",
+                    ignore=shutil.ignore_patterns("__pycache__", "_C.*"))
+    (tmp_path / "run.py").write_text(_NOT_EDITABLE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
+    out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", str(tmp_path / "run.py"),
+                          str(site), "ring", "--max-p", "2"],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=checkout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "ring (all_reduce, reduce_scatter, all_gather, broadcast, reduce, barrier): " \
+           "73 schedules proved" in out.stdout, out.stdout
+    assert "Warning" not in out.stderr, out.stderr
 
 
 def test_a_name_defined_again_is_what_the_tools_read():

@@ -52,9 +52,6 @@ true counts and every other rank's drawn from ringcoll.check's default pattern
 from __future__ import annotations
 
 import collections
-import importlib
-import importlib.util
-import os
 import sys
 import threading
 import traceback
@@ -62,7 +59,18 @@ import zlib
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from .. import _C, check
+from .. import _C
+from .._modules import load_modules
+
+
+def _checker():
+    """ringcoll.check, imported when a schedule is first proved, not with this module:
+    the package imports this module as it loads, and a checker imported then would
+    run twice under `python -m ringcoll.check` (once as ringcoll.check, once as
+    __main__: runpy's RuntimeWarning, and two ScheduleError classes)."""
+    from .. import check
+
+    return check
 
 __all__ = ["Params", "Range", "Transfer", "Reduced", "Schedule", "AlgorithmError", "block",
            "split", "send", "recv_copy", "recv_reduce", "reduced", "register", "load_modules",
@@ -296,6 +304,7 @@ class _Definition:
         where = f"algorithm '{self.name}' {collective} p={p} n={n}"
         if collective in ("broadcast", "reduce", "gather", "scatter"):
             where += f" root={root}"
+        check = _checker()
         try:
             check.check_schedules(scheds, collective, p, n, root, where, counts)
         except check.ScheduleError as e:
@@ -314,7 +323,7 @@ class _Definition:
             # Proved in a world of this rank's true counts, the others' drawn from
             # the checker's pattern; digested at that pattern alone (a rank knows
             # only its own counts, and the digest must be the same on every rank).
-            pattern = check.alltoall_counts(p, p + 1)
+            pattern = _checker().alltoall_counts(p, p + 1)
             counts = [list(row) for row in pattern]
             counts[rank] = list(send_counts)
             for s in range(p):
@@ -380,42 +389,6 @@ def register(name: str, collective: str, *, summary: str | None = None
         return fn
 
     return add
-
-
-def load_modules(spec: str | None) -> None:
-    """Imports the modules of a RINGCOLL_ALGO_MODULES value: comma-separated dotted
-    module names (import's rules, sys.path) or paths of .py files (imported under
-    their file name, once). Raises ImportError naming the one that failed."""
-    for item in (spec or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        try:
-            if item.endswith(".py") or os.sep in item:
-                _import_path(item)
-            else:
-                importlib.import_module(item)
-        except Exception as e:  # noqa: BLE001 - reported with the module's name
-            raise ImportError(f"RINGCOLL_ALGO_MODULES: cannot import {item!r} "
-                              f"({type(e).__name__}: {e})") from e
-
-
-def _import_path(path: str) -> None:
-    path = os.path.abspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no such file: {path}")
-    name = os.path.splitext(os.path.basename(path))[0]
-    mod = sys.modules.get(name)
-    if mod is not None and os.path.abspath(getattr(mod, "__file__", "") or "") == path:
-        return
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[name]
-        raise
 
 
 # The algorithms ringcoll ships written in Python, registered with the package.
