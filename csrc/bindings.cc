@@ -106,6 +106,7 @@ const char* kindName(ringcoll::algo::Kind k) {
     case ringcoll::algo::Kind::kSend: return "send";
     case ringcoll::algo::Kind::kRecvCopy: return "recv_copy";
     case ringcoll::algo::Kind::kRecvReduce: return "recv_reduce";
+    case ringcoll::algo::Kind::kRecvReduceFirst: return "recv_reduce_first";
   }
   return "?";
 }
@@ -130,6 +131,7 @@ py::dict toDict(const ringcoll::algo::Schedule& sched) {
   out["name"] = sched.name;
   out["result"] = py::make_tuple(sched.result.begin, sched.result.end);
   out["scratch"] = sched.scratch;
+  out["scratch_copy"] = sched.scratchCopy;
   out["steps"] = steps;
   return out;
 }
@@ -150,7 +152,8 @@ py::dict scheduleDict(const std::string& algoName, const std::string& collective
 // recv_copy, 2 recv_reduce (the order of Kind); steps and scratch per rank.
 static_assert(static_cast<int>(ringcoll::algo::Kind::kSend) == 0 &&
                   static_cast<int>(ringcoll::algo::Kind::kRecvCopy) == 1 &&
-                  static_cast<int>(ringcoll::algo::Kind::kRecvReduce) == 2,
+                  static_cast<int>(ringcoll::algo::Kind::kRecvReduce) == 2 &&
+                  static_cast<int>(ringcoll::algo::Kind::kRecvReduceFirst) == 3,
               "schedule_table's kind column (ringcoll.model.KINDS) is Kind's value");
 py::tuple scheduleTable(const std::string& algoName, const std::string& collective, int p,
                         size_t n, int root, const std::vector<int>& hosts) {

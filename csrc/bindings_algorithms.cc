@@ -6,7 +6,7 @@
 // The Python side (ringcoll/schedules/__init__.py, class _Definition) answers two
 // calls, each with (collective, rank, p, n, root, order, hosts, send_counts,
 // recv_counts), the collective by torch's name:
-//   build    -> (name, (begin, end) result, scratch, steps), a step being
+//   build    -> (name, (begin, end) result, scratch, steps, scratch_copy), a step being
 //               ([(kind, peer, begin, end)], [(begin, end) reduced]) with kind the
 //               value of Kind: this rank's schedule as the user's function gives it
 //               (what ringcoll.check, .sim and .model read, through _C.schedule);
@@ -29,6 +29,7 @@
 
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -109,13 +110,14 @@ Schedule toSchedule(const py::handle& obj) {
   const auto result = t[1].cast<std::pair<size_t, size_t>>();
   s.result = {result.first, result.second};
   s.scratch = t[2].cast<size_t>();
+  s.scratchCopy = t[4].cast<bool>();
   for (const auto& stepObj : t[3]) {
     const auto step = stepObj.cast<py::tuple>();
     algo::Step st;
     for (const auto& tr : step[0]) {
       const auto x = tr.cast<py::tuple>();
       const int kind = x[0].cast<int>();
-      RC_ASSERT(kind >= 0 && kind <= 2, "transfer kind ", kind);
+      RC_ASSERT(kind >= 0 && kind <= 3, "transfer kind ", kind);
       st.transfers.push_back({static_cast<algo::Kind>(kind), x[1].cast<int>(),
                               {x[2].cast<size_t>(), x[3].cast<size_t>()}});
     }
@@ -180,21 +182,52 @@ algo::Preparer pythonPreparer(std::shared_ptr<py::object> def, std::string name)
 
 }  // namespace
 
+namespace {
+// An Applies from ringcoll.schedules' tuple (world_sizes list, powers_of_two,
+// min_bytes, max_bytes (None: no bound), count_multiple, declared text, roots list).
+algo::Applies toApplies(const py::handle& obj) {
+  const auto t = obj.cast<py::tuple>();
+  algo::Applies a;
+  a.worldSizes = t[0].cast<std::vector<int>>();
+  std::sort(a.worldSizes.begin(), a.worldSizes.end());
+  a.powersOfTwo = t[1].cast<bool>();
+  a.minBytes = t[2].cast<size_t>();
+  a.maxBytes = t[3].is_none() ? SIZE_MAX : t[3].cast<size_t>();
+  a.countMultiple = t[4].cast<size_t>();
+  a.declared = t[5].cast<std::string>();
+  a.roots = t[6].cast<std::vector<int>>();
+  std::sort(a.roots.begin(), a.roots.end());
+  return a;
+}
+
+Collective collectiveNamed(const std::string& name) {
+  Collective c;
+  TORCH_CHECK(algo::collectiveFromName(name, &c), "unknown collective '", name, "' (",
+              algo::collectiveNames(), ")");
+  return c;
+}
+}  // namespace
+
 void bindPythonAlgorithms(py::module_& m) {
   m.def(
       "register_algorithm",
       [](const std::string& name, const std::string& summary,
-         const std::vector<std::string>& collectives, py::object definition) {
+         const std::vector<std::string>& collectives, py::object definition,
+         const py::list& applies) {
         // Never released: a registry entry outlives the interpreter (above).
         auto def = std::shared_ptr<py::object>(new py::object(std::move(definition)),
                                                [](py::object*) {});
         algo::Algorithm a;
         a.name = name;
         a.summary = summary;
-        for (const auto& cname : collectives) {
+        TORCH_CHECK(applies.size() == collectives.size(), "register_algorithm: ",
+                    applies.size(), " declarations for ", collectives.size(), " collectives");
+        for (size_t i = 0; i < collectives.size(); ++i) {
+          const std::string& cname = collectives[i];
           Collective c;
           TORCH_CHECK(algo::collectiveFromName(cname, &c) && c != Collective::kBarrier,
                       "register_algorithm: unknown collective ", cname);
+          a.where[static_cast<size_t>(c)] = toApplies(applies[i]);
           algo::Builder b = pythonBuilder(def, c);
           switch (c) {
             case Collective::kAllreduce: a.allreduce = b; break;
@@ -212,7 +245,41 @@ void bindPythonAlgorithms(py::module_& m) {
         algo::registerAlgorithm(std::move(a));  // std::invalid_argument: ValueError
       },
       py::arg("name"), py::arg("summary"), py::arg("collectives"), py::arg("definition"),
-      "Registers an algorithm written in Python (use ringcoll.schedules.register).");
+      py::arg("applies"),
+      "Registers an algorithm written in Python (use ringcoll.schedules.register); applies: "
+      "one declaration per collective (registry.h: Applies).");
+  m.def(
+      "refusal",
+      [](const std::string& algoName, const std::string& collective, int p, int64_t n,
+         int64_t nbytes, int root) {
+        const algo::Algorithm& a = algo::findAlgorithm(algoName);
+        return a.refusal(collectiveNamed(collective), p,
+                         n < 0 ? SIZE_MAX : static_cast<size_t>(n),
+                         nbytes < 0 ? SIZE_MAX : static_cast<size_t>(nbytes), root);
+      },
+      py::arg("algo"), py::arg("collective"), py::arg("p"), py::arg("n") = -1,
+      py::arg("nbytes") = -1, py::arg("root") = -1,
+      "'' when the algorithm's collective serves p ranks (and n elements, nbytes bytes, "
+      "when given), else why not, in one line naming the algorithm and its declaration.");
+  m.def(
+      "applicability",
+      [](const std::string& algoName, const std::string& collective) {
+        const algo::Applies& w = algo::findAlgorithm(algoName).applies(collectiveNamed(collective));
+        py::dict d;
+        d["world_sizes"] = w.worldSizes.empty() ? py::object(py::none())
+                                                : py::object(py::cast(w.worldSizes));
+        d["powers_of_two"] = w.powersOfTwo;
+        d["min_bytes"] = w.minBytes;
+        d["max_bytes"] = w.maxBytes == SIZE_MAX ? py::object(py::none())
+                                                : py::object(py::cast(w.maxBytes));
+        d["count_multiple"] = w.countMultiple;
+        d["roots"] = w.roots.empty() ? py::object(py::none()) : py::object(py::cast(w.roots));
+        d["declared"] = w.declared;
+        d["everywhere"] = w.everywhere();
+        return d;
+      },
+      py::arg("algo"), py::arg("collective"),
+      "Where the algorithm's collective applies (registry.h: Applies), as a dict.");
   m.def("is_builtin", &algo::isBuiltin, py::arg("name"));
 }
 

@@ -4,7 +4,7 @@ Every process group's creation (ringcoll/_backend.py) and every command-line too
 (ringcoll.check, .sim, .model) imports them before it reads an algorithm's name.
 This module knows nothing of schedules, so the checker and the vocabulary above it
 (ringcoll.schedules, which re-exports load_modules) both use it without importing
-each other.
+each other; MSCCL's XML files come through LOADERS, which ringcoll.msccl fills.
 """
 
 from __future__ import annotations
@@ -15,18 +15,29 @@ import os
 import sys
 
 ENV = "RINGCOLL_ALGO_MODULES"
+# Other files that define algorithms, by suffix: loader(path) registers them
+# (ringcoll.msccl adds ".xml" when the package loads; this module imports nothing).
+LOADERS = {}
+_LOADED = set()
 
 
 def load_modules(spec: str | None) -> None:
     """Imports the modules of a RINGCOLL_ALGO_MODULES value: comma-separated dotted
-    module names (import's rules, sys.path) or paths of .py files (imported under
-    their file name, once). Raises ImportError naming the one that failed."""
+    module names (import's rules, sys.path), paths of .py files (imported under
+    their file name, once) or of MSCCL .xml files (ringcoll.msccl.load: registered
+    under their algo name). Raises ImportError naming the one that failed."""
     for item in (spec or "").split(","):
         item = item.strip()
         if not item:
             continue
         try:
-            if item.endswith(".py") or os.sep in item:
+            suffix = os.path.splitext(item)[1]
+            if suffix in LOADERS:
+                path = os.path.abspath(item)
+                if path not in _LOADED:  # once per process, as a module is
+                    LOADERS[suffix](item)
+                    _LOADED.add(path)
+            elif item.endswith(".py") or os.sep in item:
                 _import_path(item)
             else:
                 importlib.import_module(item)

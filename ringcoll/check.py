@@ -45,7 +45,11 @@ a rule. It checks:
              operands in the same order), so floating-point sums agree bit for bit.
 
 A schedule's scratch (csrc/schedules/schedule.h) extends its buffer past n with a copy
-of the first elements, taken before step 0, and holds nothing past that copy. All-to-all's buffer is each rank's
+of the first elements, taken before step 0, and holds nothing past that copy (nothing
+at all when it starts empty: scratch_copy False); transfers and reduced marks lie in
+the buffer or in the scratch, never across their boundary. A receive-reduce folds
+buffer OP incoming (recv_reduce) or incoming OP buffer (recv_reduce_first), and the
+fold trees record which, so the same-bits rule compares operand orders too. All-to-all's buffer is each rank's
 send blocks then its receive blocks, sized by a p x p count matrix (`counts[s][d]`
 elements from s to d; alltoall_counts(p, n) by default, uneven, with empty
 blocks); its own block is copied by the job, so it starts in place here.
@@ -72,11 +76,24 @@ _C10D_NAMES = {"allreduce": "all_reduce", "reducescatter": "reduce_scatter",
 def torch_name(collective: str) -> str:
     """A collective by torch's name, given torch's or c10d's."""
     return _C10D_NAMES.get(collective, collective)
-_WRITES = ("recv_copy", "recv_reduce")
+_WRITES = ("recv_copy", "recv_reduce", "recv_reduce_first")
 
 
 class ScheduleError(AssertionError):
     """A schedule broke its collective's contract; the message says where."""
+
+
+class NotApplicable(ValueError):
+    """The algorithm declares (ringcoll.schedules.Applies, registry.h's Applies) that
+    its collective does not serve this world size or count; the message names the
+    algorithm, the collective, the call and the declaration."""
+
+
+def refusal(algo, collective, p, n=None, nbytes=None, root=None) -> str:
+    """'' when algo's collective applies to p ranks (and n elements, nbytes bytes,
+    root, when given), else why not (the registry's one line)."""
+    return _C.refusal(algo, torch_name(collective), p, -1 if n is None else n,
+                      -1 if nbytes is None else nbytes, -1 if root is None else root)
 
 
 def block_range(n: int, k: int, i: int) -> tuple[int, int]:
@@ -114,8 +131,9 @@ def _overlap(a, b):
 
 
 def _check_structure(scheds, p, sizes, where, bounds=None):
-    """`sizes`: each rank's buffer with its scratch, which transfers may address;
-    `bounds`: without it, where `reduced` must lie."""
+    """`sizes`: each rank's buffer with its scratch, which transfers and `reduced`
+    may address; `bounds`: each rank's buffer without it: a range lies on one side
+    of it (the executor addresses the buffer and the scratch apart)."""
     bounds = bounds or sizes
     nsteps = max(len(s["steps"]) for s in scheds)
     for s in range(nsteps):
@@ -133,6 +151,9 @@ def _check_structure(scheds, p, sizes, where, bounds=None):
                     _fail(f"{at}: {kind} with peer {peer}")
                 if not (0 <= b <= e <= sizes[r]):
                     _fail(f"{at}: {kind} range [{b}, {e}) outside [0, {sizes[r]})")
+                if b < bounds[r] < e:
+                    _fail(f"{at}: {kind} range [{b}, {e}) spans the end of the buffer "
+                          f"({bounds[r]}) and its scratch: a range lies in one of them")
                 if b == e:
                     continue  # empty: the executor skips it on both sides
                 if kind == "send":
@@ -142,8 +163,12 @@ def _check_structure(scheds, p, sizes, where, bounds=None):
                     writes.append((b, e))
                     pairs.setdefault((peer, r), ([], []))[1].append((b, e))
             for b, e in step["reduced"]:
-                if not (0 <= b <= e <= bounds[r]):
-                    _fail(f"{at}: marks [{b}, {e}) reduced, outside the buffer [0, {bounds[r]})")
+                if not (0 <= b <= e <= sizes[r]):
+                    what = "the buffer and its scratch" if sizes[r] > bounds[r] else "the buffer"
+                    _fail(f"{at}: marks [{b}, {e}) reduced, outside {what} [0, {sizes[r]})")
+                if b < bounds[r] < e:
+                    _fail(f"{at}: marks [{b}, {e}) reduced, which spans the end of the "
+                          f"buffer ({bounds[r]}) and its scratch: a range lies in one of them")
             for i, w in enumerate(writes):
                 for other in writes[i + 1:]:
                     if _overlap(w, other):
@@ -337,19 +362,21 @@ def _initial(collective, p, n, r, root, counts=None):
     return [(n, (None, 0, 1 << root, 0, root) if r == root else None)]
 
 
-def _with_scratch(runs, n, scratch):
-    """runs, then `scratch` elements past n: a copy of the first ones, then nothing."""
-    out, left = list(runs), scratch
+def _with_scratch(runs, n, scratch, copy=True):
+    """runs, then `scratch` elements past n: a copy of the first ones (unless not
+    `copy`: the scratch starts empty), then nothing."""
+    out, left = list(runs), scratch if copy else 0
     for length, v in runs:
         if left <= 0:
             break
         out.append((min(length, left), v))
         left -= length
-    return out + [(max(left, 0), None)]
+    return out + [(max(left, 0) if copy else scratch, None)]
 
 
-def _reduce_into(buf, b, e, payload, peer, p, folds, at):
-    """Receive-reduces `payload` [(length, value)] into [b, e) of buf."""
+def _reduce_into(buf, b, e, payload, peer, p, folds, at, first=False):
+    """Receive-reduces `payload` [(length, value)] into [b, e) of buf: buffer OP
+    incoming, or (first) incoming OP buffer, as the fold records."""
     x = b
     cuts = []
     for length, _ in payload:
@@ -372,7 +399,8 @@ def _reduce_into(buf, b, e, payload, peer, p, folds, at):
             _fail(f"{at}: element {s} from rank {peer} counts ranks {twice} twice")
         if u[3] or v[3]:
             _fail(f"{at}: element {s} was finished before its reduction was complete")
-        out.append((t - s, (u[0], u[1], u[2] | v[2], 0, folds.join(u[4], v[4]))))
+        fold = folds.join(v[4], u[4]) if first else folds.join(u[4], v[4])
+        out.append((t - s, (u[0], u[1], u[2] | v[2], 0, fold)))
     buf.replace(b, e, out)
 
 
@@ -405,7 +433,8 @@ def _simulate(scheds, p, bufs, nsteps, where, folds):
                 if kind == "recv_copy":
                     bufs[r].replace(b, e, payload)
                 else:
-                    _reduce_into(bufs[r], b, e, payload, peer, p, folds, at)
+                    _reduce_into(bufs[r], b, e, payload, peer, p, folds, at,
+                                 first=kind == "recv_reduce_first")
             for b, e in step["reduced"]:
                 if b == e:
                     continue
@@ -498,6 +527,9 @@ def check(algo, collective, p, n, root=0, order=None, counts=None, hosts=None):
     collective = torch_name(collective)
     if collective not in COLLECTIVES:
         raise ValueError(f"unknown collective {collective!r} (known: {COLLECTIVES})")
+    why = refusal(algo, collective, p, n, root=root)
+    if why:
+        raise NotApplicable(why)
     if collective == "all_to_all":
         counts = counts or alltoall_counts(p, n)
     where = f"{algo} {collective} p={p} n={n}" + (
@@ -523,7 +555,8 @@ def check_schedules(scheds, collective, p, n, root=0, where="schedule", counts=N
         runs = _initial(collective, p, n, r, root, counts)
         size = sum(length for length, _ in runs)
         scratch = sched.get("scratch", 0)
-        bufs.append(_Buf(size + scratch, _with_scratch(runs, size, scratch)))
+        bufs.append(_Buf(size + scratch, _with_scratch(runs, size, scratch,
+                                                       sched.get("scratch_copy", True))))
     nsteps = _check_structure(scheds, p, [b.size for b in bufs], where,
                               [b.size - s.get("scratch", 0) for b, s in zip(bufs, scheds)])
     folds = _Folds(p)
@@ -534,11 +567,52 @@ def check_schedules(scheds, collective, p, n, root=0, where="schedule", counts=N
     return nsteps
 
 
-def _counts(p):
-    """Counts 0..3p+1, sampled above p = 16 (as tests/test_schedule.py)."""
+def final_state(scheds, collective, p, n, root=0, counts=None):
+    """What each rank's result range ends holding, as check_schedules walks it: per
+    rank, runs of (length, label, position, contributors, finishes, fold) with the
+    fold written out, so that two schedules of one collective compare by what they
+    leave (the same bits where the folds are equal). ScheduleError if they break
+    a rule."""
+    collective = torch_name(collective)
+    if collective == "all_to_all":
+        counts = counts or alltoall_counts(p, n)
+    bufs = []
+    for r, sched in enumerate(scheds):
+        runs = _initial(collective, p, n, r, root, counts)
+        size = sum(length for length, _ in runs)
+        scratch = sched.get("scratch", 0)
+        bufs.append(_Buf(size + scratch, _with_scratch(runs, size, scratch,
+                                                       sched.get("scratch_copy", True))))
+    nsteps = _check_structure(scheds, p, [b.size for b in bufs], "final_state",
+                              [b.size - s.get("scratch", 0) for b, s in zip(bufs, scheds)])
+    folds = _Folds(p)
+    bufs = _simulate(scheds, p, bufs, nsteps, "final_state", folds)
+    out = []
+    for r, buf in enumerate(bufs):
+        b, e = scheds[r]["result"]
+        merged = []  # runs that continue each other as one (the walk may cut them apart)
+        for x, t, v in (buf.pieces(b, e) if e > b else []):
+            if merged and merged[-1][1] is not None and v is not None and \
+                    _at(merged[-1][1], merged[-1][0]) == v:
+                merged[-1][0] += t - x
+            else:
+                merged.append([t - x, v])
+        out.append([(length, None if v is None else (v[0], v[1], v[2], v[3], folds.show(v[4])))
+                    for length, v in merged])
+    return out
+
+
+def _counts(p, multiple=1):
+    """Counts 0..3p+1, sampled above p = 16 (as tests/test_schedule.py); with a
+    count multiple (an algorithm's declaration), those of them that are multiples,
+    and the first three multiples above 0."""
     if p <= 16:
-        return list(range(3 * p + 2))
-    return sorted({0, 1, p - 1, p, p + 1, 2 * p + 3, 3 * p + 1})
+        counts = list(range(3 * p + 2))
+    else:
+        counts = [0, 1, p - 1, p, p + 1, 2 * p + 3, 3 * p + 1]
+    if multiple > 1:
+        counts = [n for n in counts if n % multiple == 0] + [multiple * k for k in (1, 2, 3)]
+    return sorted(set(counts))
 
 
 def host_layouts(p):
@@ -552,43 +626,78 @@ def host_layouts(p):
 
 
 def uses_hosts(algo, collective) -> bool:
-    """Whether algo's schedules of collective change with the host layout."""
-    p, n = 4, 4 * 5  # p blocks: every collective takes it
+    """Whether algo's schedules of collective change with the host layout (asked at
+    p = 4, else the smallest world size of 2 to 64 the algorithm serves)."""
+    p = next((q for q in [4] + list(range(2, 65)) if not refusal(algo, collective, q)), None)
+    if p is None:
+        return False
+    declared = _C.applicability(algo, torch_name(collective))
+    n = p * 5 * declared["count_multiple"]  # p blocks: every collective takes it
+    root = (declared["roots"] or [0])[0]
     counts = alltoall_counts(p, n) if torch_name(collective) == "all_to_all" else None
-    return (schedules(algo, collective, p, n, counts=counts) !=
-            schedules(algo, collective, p, n, counts=counts, hosts=[0, 0, 1, 1]))
+    hosts = [r * 2 // p for r in range(p)]  # two hosts
+    return (schedules(algo, collective, p, n, root, counts=counts) !=
+            schedules(algo, collective, p, n, root, counts=counts, hosts=hosts))
 
 
-def check_all(algo, max_p=64, log=None) -> int:
+def check_all(algo, max_p=64, log=None, skipped=None) -> int:
     """Proves every collective `algo` provides for p = 1..max_p, counts 0..3p+1
     (sampled above p = 16), every root up to p = 16 (then 4 of them), and, where its
     schedules depend on where ranks live (twolevel), the host_layouts(p) too (counts
     sampled above p = 8); returns how many schedules were checked. Raises
-    ScheduleError on the first violation."""
+    ScheduleError on the first violation. World sizes and counts the algorithm
+    declares it does not serve (ringcoll.schedules.Applies) are skipped: `skipped`
+    (a dict) receives {collective: [p skipped]} and log() names them."""
     provided = {c.replace("_", "") for c in COLLECTIVES} & set(_C.provides(algo))
     done = 0
+    skipped = {} if skipped is None else skipped
+    hosted = {}
     for p in range(1, max_p + 1):
         roots = range(p) if p <= 16 else sorted({0, 1, p // 2, p - 1})
         for c in COLLECTIVES:
             if c.replace("_", "") not in provided:
                 continue
+            if refusal(algo, c, p):
+                skipped.setdefault(c, []).append(p)
+                continue
+            if c not in hosted:
+                hosted[c] = uses_hosts(algo, c)
             layouts = [None]
-            if p > 1 and uses_hosts(algo, c):
+            if p > 1 and hosted[c]:
                 layouts += host_layouts(p)
-            for n in _counts(p):
+            multiple = _C.applicability(algo, c)["count_multiple"]
+            for n in _counts(p, multiple):
                 blocks = c in ("reduce_scatter", "all_gather", "gather", "scatter")
-                if blocks and n % p:
+                if blocks and n % p or refusal(algo, c, p, n):
                     continue
                 for hosts in layouts:
                     if hosts and p > 8 and n not in (1, p + 1, 3 * p + 1):
                         continue
                     for root in roots if c in ("broadcast", "reduce", "gather", "scatter") \
                             else [0]:
+                        if refusal(algo, c, p, n, root=root):
+                            continue
                         check(algo, c, p, n, root=root, hosts=hosts)
                         done += 1
         if log and (p <= 4 or p % 16 == 0):
             log(f"{algo}: p = 1..{p} proved ({done} schedules)")
+    if log:
+        for c, ps in skipped.items():
+            log(f"{algo}: {c} skipped at p = {_spans(ps)}: "
+                f"{_C.applicability(algo, c)['declared']} (it declares)")
     return done
+
+
+def _spans(ps) -> str:
+    """[1, 2, 3, 5, 7, 8] -> '1-3, 5, 7-8'."""
+    out, start = [], None
+    for i, p in enumerate(ps):
+        if start is None:
+            start = p
+        if i + 1 == len(ps) or ps[i + 1] != p + 1:
+            out.append(f"{start}" if start == p else f"{start}-{p}")
+            start = None
+    return ", ".join(out)
 
 
 def main(argv=None) -> int:

@@ -48,8 +48,8 @@ import numpy as np
 
 from . import check as checker
 from ._modules import load_from_environment
-from .model import (DTYPE_BYTES, Transfers, critical_path, elements, payments, staging_term,
-                    transfers, transfers_of)
+from .model import (BLOCKED, DTYPE_BYTES, SCHEDULE_NAME, Transfers, alltoall_counts,
+                    critical_path, elements, payments, staging_term, transfers, transfers_of)
 
 CHECK_MAX_P = 64
 
@@ -106,24 +106,36 @@ def _hosts(p, per_host) -> tuple:
 def _check(algo, collective, p, n, per_host) -> str:
     """Runs the checker on (p, n) and this topology's hosts, or on a smaller world
     with hosts of the same size; returns what it proved."""
+    counts = (lambda q, m: alltoall_counts(q, m)) if collective == "all_to_all" else \
+        (lambda q, m: None)
     if p <= CHECK_MAX_P:
-        checker.check(algo, collective, p, n, hosts=_hosts(p, per_host))
+        checker.check(algo, collective, p, n, hosts=_hosts(p, per_host), counts=counts(p, n))
         return f"p={p} n={n}"
     q = CHECK_MAX_P
     pow2 = p & (p - 1) == 0
     while q > 2 and ((q & (q - 1) == 0) != pow2 or q % 2 != p % 2):
         q -= 1
-    m = max(q, n // q * q) if collective in ("reduce_scatter", "all_gather") else n
-    checker.check(algo, collective, q, m, hosts=_hosts(q, per_host))
+    m = max(q, n // q * q) if collective in BLOCKED else n
+    if checker.refusal(algo, collective, q, m):
+        return f"not checked: {algo} does not serve the smaller world p={q} the checker samples"
+    checker.check(algo, collective, q, m, hosts=_hosts(q, per_host), counts=counts(q, m))
     return (f"p={q} n={m}, {per_host} ranks a host (sampled: the checker walks every rank, "
             f"too slow at p={p})")
 
 
 def simulate(algo, collective, topo: Topology, nbytes: int, dtype="float32",
              verify=True) -> Result:
-    """Checks the schedule (unless verify=False) and predicts one call's time."""
+    """Checks the schedule (unless verify=False) and predicts one call's time; a
+    checker.NotApplicable where the algorithm declares it does not serve the call."""
     p = topo.p
+    collective = checker.torch_name(collective)
+    if collective not in SCHEDULE_NAME:
+        raise ValueError(f"unknown collective {collective!r} (known: "
+                         f"{', '.join(SCHEDULE_NAME)}; c10d's names too)")
     n = elements(collective, nbytes, p, DTYPE_BYTES[dtype])
+    why = checker.refusal(algo, collective, p, n, nbytes, root=0)  # root 0, as simulated
+    if why:
+        raise checker.NotApplicable(why)
     checked = _check(algo, collective, p, n, topo.per_host) if verify else "not checked"
     return _simulate(transfers(algo, collective, p, n, _hosts(p, topo.per_host)), collective,
                      topo, n, dtype, checked)
@@ -138,7 +150,8 @@ def simulate_schedules(scheds, collective, topo: Topology, n: int, dtype="float3
         raise ValueError(f"{len(scheds)} schedules for a topology of {p} ranks")
     if verify:
         checker.check_schedules(scheds, collective, p, n, 0,
-                                f"{scheds[0]['name'] if scheds else '?'} p={p} n={n}")
+                                f"{scheds[0]['name'] if scheds else '?'} p={p} n={n}",
+                                alltoall_counts(p, n) if collective == "all_to_all" else None)
         checked = f"p={p} n={n}"
     return _simulate(transfers_of(scheds), collective, topo, n, dtype, checked)
 
@@ -165,19 +178,30 @@ INTER = Link(alpha=2.5e-5, beta=1e-10)   # a 10 GB/s (80 Gb/s) network, 25 us pe
 GAMMA = 1e-10                            # reducing float32: ~10 GB/s
 
 
-def table(algos, ranks=(8, 64, 1024), sizes=(1 << 10, 1 << 20, 64 << 20), per_host=8) -> str:
+def table(algos, ranks=(8, 64, 1024), sizes=(1 << 10, 1 << 20, 64 << 20), per_host=8,
+          collective="all_reduce") -> str:
+    """The predicted time (us) of each algorithm for each world and size, a
+    markdown table; '-' where an algorithm declares it does not apply (named under
+    the table)."""
     out = [f"| ranks (hosts x {per_host}) | size | " + " | ".join(algos) + " |",
            "|---|---|" + "---|" * len(algos)]
+    skipped = {}
     for p in ranks:
         topo = Topology(hosts=max(1, p // per_host), per_host=min(p, per_host), intra=INTRA,
                         inter=INTER, gamma=GAMMA)
         for nb in sizes:
-            t = {a: simulate(a, "all_reduce", topo, nb).seconds for a in algos}
-            shown = {a: f"{v * 1e6:,.0f}" for a, v in t.items()}
-            best = shown[min(t, key=t.get)]  # every algorithm that shows the best figure
+            t = {}
+            for a in algos:
+                try:
+                    t[a] = simulate(a, collective, topo, nb).seconds
+                except checker.NotApplicable as e:
+                    skipped.setdefault(a, str(e))
+            shown = {a: f"{t[a] * 1e6:,.0f}" if a in t else "-" for a in algos}
+            best = shown[min(t, key=t.get)] if t else None  # every one showing the best
             cells = [(f"**{v}**" if v == best else v) for v in shown.values()]
             out.append(f"| {p} ({topo.hosts} x {topo.per_host}) | {_size(nb)} | "
                        + " | ".join(cells) + " |")
+    out += [f"\n-: {why}" for why in skipped.values()]
     return "\n".join(out)
 
 
@@ -188,6 +212,48 @@ def _size(b):
     return f"{b} B"
 
 
+def plot(path, collectives, ranks=(8, 64, 1024), sizes=None, per_host=8) -> None:
+    """The tables' predictions as a PNG: one panel per collective, time against size
+    (log-log), one colour per algorithm and one line style per world size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .model import providers
+
+    sizes = sizes or [1 << k for k in range(10, 27, 2)]
+    styles = ["-", "--", ":", "-."]
+    fig, axes = plt.subplots(1, len(collectives), figsize=(5 * len(collectives), 4.4),
+                             squeeze=False)
+    for ax, coll in zip(axes[0], collectives):
+        algos = providers(coll)
+        for i, p in enumerate(ranks):
+            topo = Topology(hosts=max(1, p // per_host), per_host=min(p, per_host), intra=INTRA,
+                            inter=INTER, gamma=GAMMA)
+            for j, a in enumerate(algos):
+                pts = []
+                for nb in sizes:
+                    try:
+                        pts.append((nb, simulate(a, coll, topo, nb).seconds * 1e6))
+                    except checker.NotApplicable:
+                        continue
+                if pts:
+                    ax.plot(*zip(*pts), styles[i % len(styles)], color=plt.cm.tab10(j % 10),
+                            label=f"{a} p={p}")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("size (bytes)")
+        ax.set_ylabel("predicted time (us)")
+        ax.set_title(coll)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6)
+    fig.suptitle(f"predicted time, float32, {per_host} ranks a host (ringcoll.sim)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main(argv=None) -> int:
     from .bench.records import parse_size
     from .model import providers
@@ -195,27 +261,52 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ringcoll.sim", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--algo", default=None,
-                    help="one algorithm (default: the table of docs/MODEL.md)")
-    ap.add_argument("--collective", default="all_reduce")
+                    help="one algorithm (default: a table of every algorithm that provides "
+                         "the collective, as docs/MODEL.md's)")
+    ap.add_argument("--collective", default="all_reduce",
+                    help="torch's or c10d's name (all_reduce, allreduce, all_to_all, "
+                         "alltoall, gather, ...), or 'all' for a table of each; default "
+                         "all_reduce")
     ap.add_argument("--hosts", type=int, default=1)
     ap.add_argument("--per-host", type=int, default=8)
     ap.add_argument("--size", type=parse_size, default=1 << 20)
+    ap.add_argument("--plot", default=None, metavar="PATH",
+                    help="with the tables: also draw them as a PNG, one panel per collective")
     a = ap.parse_args(argv)
     try:
         load_from_environment()
     except ImportError as e:
         print(f"python -m ringcoll.sim: {e}", file=sys.stderr)
         return 2
+    colls = list(SCHEDULE_NAME) if a.collective == "all" else [checker.torch_name(a.collective)]
+    bad = [c for c in colls if c not in SCHEDULE_NAME]
+    if bad:
+        print(f"python -m ringcoll.sim: unknown collective {a.collective!r} (known: "
+              f"{', '.join(SCHEDULE_NAME)}, c10d's names, or all)", file=sys.stderr)
+        return 2
     if a.algo is None:
-        print(f"# predicted all-reduce time (us), float32; intra-host alpha {INTRA.alpha:g} s "
-              f"beta {INTRA.beta:g} s/B, inter-host alpha {INTER.alpha:g} s beta "
-              f"{INTER.beta:g} s/B, gamma {GAMMA:g} s/B; bold: fastest")
-        print(table(providers("all_reduce")))
+        for coll in colls:
+            print(f"# predicted {coll} time (us), float32; intra-host alpha {INTRA.alpha:g} s "
+                  f"beta {INTRA.beta:g} s/B, inter-host alpha {INTER.alpha:g} s beta "
+                  f"{INTER.beta:g} s/B, gamma {GAMMA:g} s/B; bold: fastest")
+            print(table(providers(coll), collective=coll))
+            print()
+        if a.plot:
+            plot(a.plot, colls)
+            print(f"# wrote {a.plot}")
         return 0
     topo = Topology(a.hosts, a.per_host, INTRA, INTER, gamma=GAMMA)
-    r = simulate(a.algo, a.collective, topo, a.size)
-    print(f"{a.algo} {a.collective} {a.size} B on {a.hosts} x {a.per_host}: "
-          f"{r.seconds * 1e6:.1f} us, {r.steps} steps; checked {r.checked}")
+    for coll in colls:
+        try:
+            r = simulate(a.algo, coll, topo, a.size)
+        except checker.NotApplicable as e:
+            print(f"{a.algo} {coll} {a.size} B on {a.hosts} x {a.per_host}: skipped: {e}")
+            continue
+        except ValueError as e:  # an algorithm that does not provide it, say
+            print(f"python -m ringcoll.sim: {e}", file=sys.stderr)
+            return 1
+        print(f"{a.algo} {coll} {a.size} B on {a.hosts} x {a.per_host}: "
+              f"{r.seconds * 1e6:.1f} us, {r.steps} steps; checked {r.checked}")
     return 0
 
 

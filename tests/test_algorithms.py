@@ -21,6 +21,7 @@ them with gloo on the default selection, which is direct too.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from datetime import timedelta
@@ -30,7 +31,7 @@ import torch
 import torch.distributed as dist
 
 import ringcoll
-from ringcoll import _C
+from ringcoll import _C, check
 from tests import cases, mp
 from tests.cases import OPS, same
 from tests.conftest import TRANSPORTS
@@ -62,6 +63,27 @@ def _plan(p, tiny):
     return FEW, [1, p + 1, 300], sorted({0, p // 2, p - 1})
 
 
+def _serves(algo, coll, p, n, nbytes, root=0):
+    """Whether the algorithm's declaration (ringcoll.schedules.Applies) serves the call
+    (a call it does not serve raises on every rank: tests/test_python_algorithms.py);
+    n is its schedule's, nbytes the selector's."""
+    return not check.refusal(algo, coll, p, n, nbytes, root=root)
+
+
+def _declared_counts(algo, colls, p):
+    """Counts that serve an algorithm declaring count multiples (an imported MSCCL
+    algorithm's chunks): every collective's schedule n a multiple."""
+    out = []
+    for c in colls:
+        if c == "barrier":
+            continue
+        m = _C.applicability(algo, c)["count_multiple"]
+        if m > 1:
+            per = m if c in ("allreduce", "broadcast", "reduce") else m // math.gcd(m, p)
+            out += [per, 7 * per]
+    return out
+
+
 def _check(failures, what, got, want):
     if not same(got, want):
         bad = (got != want).nonzero()[:5].flatten().tolist() if got.shape == want.shape else "shape"
@@ -76,7 +98,8 @@ def _reducing(failures, rank, p, algo, colls, group, pairs, counts, roots, label
             what = f"{algo}[{label}] {dtype} {op} n={n}"
             inputs = [cases.make_input(r, n, dtype, op, p) for r in range(p)]
             want = cases.reference(inputs, op, dtype, p)
-            if "allreduce" in colls:
+            es = inputs[rank].element_size()
+            if "allreduce" in colls and _serves(algo, "allreduce", p, n, n * es):
                 x = inputs[rank].clone()
                 dist.all_reduce(x, op=rop, group=group)
                 _check(failures, f"allreduce {what}", x, want)
@@ -86,11 +109,13 @@ def _reducing(failures, rank, p, algo, colls, group, pairs, counts, roots, label
                     _check(failures, f"gloo allreduce {what}", x, g)
             if "reduce" in colls:
                 for root in roots:
+                    if not _serves(algo, "reduce", p, n, n * es, root):
+                        continue
                     x = inputs[rank].clone()
                     dist.reduce(x, dst=root, op=rop, group=group)
                     _check(failures, f"reduce root={root} {what}", x,
                            want if rank == root else inputs[rank])
-            if "reducescatter" in colls:
+            if "reducescatter" in colls and _serves(algo, "reducescatter", p, p * n, p * n * es):
                 ins = [cases.make_input(r, p * n, dtype, op, p) for r in range(p)]
                 full = cases.reference(ins, op, dtype, p)
                 out = torch.empty(n, dtype=dtype)
@@ -111,13 +136,16 @@ def _copying(failures, rank, p, algo, colls, group, dtypes, counts, roots, label
     for dtype in dtypes:
         for n in counts:
             what = f"{algo}[{label}] {dtype} n={n}"
-            if "allgather" in colls:
+            es = torch.tensor([], dtype=dtype).element_size()
+            if "allgather" in colls and _serves(algo, "allgather", p, p * n, p * n * es):
                 parts = [cases.make_input(r, n, dtype, "SUM", p, salt=r) for r in range(p)]
                 out = torch.empty(p * n, dtype=dtype)
                 dist.all_gather_into_tensor(out, parts[rank].clone(), group=group)
                 _check(failures, f"allgather {what}", out, torch.cat(parts))
             if "broadcast" in colls:
                 for root in roots:
+                    if not _serves(algo, "broadcast", p, n, n * es, root):
+                        continue
                     want = cases.make_input(root, n, dtype, "SUM", p, salt=7)
                     x = want.clone() if rank == root else torch.zeros(n, dtype=dtype)
                     dist.broadcast(x, src=root, group=group)
@@ -141,21 +169,30 @@ def _exchanging(failures, rank, p, algo, colls, group, dtypes, counts, roots, la
     for dtype in dtypes:
         for n in counts:
             what = f"{algo}[{label}] {dtype} n={n}"
+            es = torch.tensor([], dtype=dtype).element_size()
             for root in roots:
-                if "gather" in colls:
+                if "gather" in colls and _serves(algo, "gather", p, p * n, p * n * es, root):
                     out = [torch.zeros(n, dtype=dtype) for _ in range(p)] if rank == root else None
                     dist.gather(_block(rank, root, n, dtype), out, dst=root, group=group)
                     if rank == root:
                         _check(failures, f"gather root={root} {what}", torch.cat(out),
                                torch.cat([_block(q, root, n, dtype) for q in range(p)]))
-                if "scatter" in colls:
+                if "scatter" in colls and _serves(algo, "scatter", p, p * n, p * n * es, root):
                     ins = ([_block(root, q, n, dtype, salt=1) for q in range(p)]
                            if rank == root else None)
                     y = torch.zeros(n, dtype=dtype)
                     dist.scatter(y, ins, src=root, group=group)
                     _check(failures, f"scatter root={root} {what}", y,
                            _block(root, rank, n, dtype, salt=1))
-            if "alltoall" in colls:
+            if "alltoall" in colls and not _C.applicability(algo, "alltoall")["everywhere"]:
+                # uneven counts are the built-ins'; a declared one gets even blocks
+                if _serves(algo, "alltoall", p, 2 * p * n, p * n * es):
+                    outs = [torch.zeros(n, dtype=dtype) for _ in range(p)]
+                    dist.all_to_all(outs, [_block(rank, d, n, dtype) for d in range(p)],
+                                    group=group)
+                    _check(failures, f"all_to_all {what}", torch.cat(outs),
+                           torch.cat([_block(s, rank, n, dtype) for s in range(p)]))
+            elif "alltoall" in colls:
                 send = [_splits(rank, d, p, n) for d in range(p)]
                 recv = [_splits(s, rank, p, n) for s in range(p)]
                 x = torch.cat([_block(rank, d, send[d], dtype, salt=2) for d in range(p)])
@@ -183,6 +220,7 @@ def algorithms_matrix(rank, p, algos=None):
             group = dist.new_group(backend="ringcoll", timeout=timedelta(seconds=60),
                                    pg_options=ringcoll.Options(algo=algo, chunk_bytes=chunk))
             pairs, counts, roots = _plan(p, chunk is not None)
+            counts = sorted(set(counts) | set(_declared_counts(algo, colls, p)))
             _reducing(failures, rank, p, algo, colls, group, pairs, counts, roots, label)
             dtypes = list(dict.fromkeys(d for d, _ in pairs))
             _copying(failures, rank, p, algo, colls, group, dtypes, counts, roots, label)

@@ -27,6 +27,9 @@ def test_bus_factors_match_nccl_tests():
     assert records.bus_factor("broadcast", 8) == 1.0
     algbw, busbw = records.bandwidths("all_reduce", 1_000_000_000, 2.0, 4)
     assert algbw == pytest.approx(0.5) and busbw == pytest.approx(0.75)
+    for c in ("gather", "scatter", "all_to_all"):
+        assert records.bus_factor(c, 4) == pytest.approx(0.75), c
+    assert records.bus_factor("reduce", 8) == 1.0
     with pytest.raises(ValueError):
         records.bus_factor("alltoall", 2)
 
@@ -260,22 +263,36 @@ def test_plot_panels_and_bands():
     assert ring["lo"][0] < ring["busbw"][0] < ring["hi"][0]  # ringcoll's runs spread
 
 
+def _cases(rank, p, count=None):
+    """Every record's case in every placement it has: {(name, inplace): case}."""
+    return {(name, inplace): case for name, rec in records.RECORDS.items()
+            for inplace in (True, False)
+            if (case := rec.build(rank, p, count or 6 * p, torch.float32, "sum", "cpu",
+                                  inplace, None)) is not None}
+
+
 def corrupted_output_is_counted(rank, p):
     out = {}
-    for name, rec in records.RECORDS.items():
-        case = rec.build(rank, p, 6 * p, torch.float32, "sum", "cpu", True, None)
+    for key, case in _cases(rank, p).items():
         case.run()
+        if case.expected is None:  # reduce's and gather's other ranks: no result
+            continue
         clean = records.count_wrong(case.output, case.expected)
         case.output.view(-1)[0] += 1  # one wrong element
-        out[name] = (clean, records.count_wrong(case.output, case.expected))
+        out[key] = (clean, records.count_wrong(case.output, case.expected))
     return out
 
 
 def test_check_catches_a_wrong_result():
-    for per_rank in mp.run_world(2, corrupted_output_is_counted):
+    res = mp.run_world(3, corrupted_output_is_counted)
+    for per_rank in res:
         for name, (clean, corrupted) in per_rank.items():
             assert clean == 0, name
             assert corrupted == 1, name
+    # every collective, each placement torch has; the root alone has reduce's and
+    # gather's result
+    assert {k[0] for k in res[0]} == set(records.RECORDS)
+    assert {k[0] for k in res[1]} == set(records.RECORDS) - {"reduce", "gather"}
 
 
 def future_warnings_of_each_record(rank, p):
@@ -283,12 +300,12 @@ def future_warnings_of_each_record(rank, p):
     import warnings
 
     out = {}
-    for name, rec in records.RECORDS.items():
-        case = rec.build(rank, p, 6 * p, torch.float32, "sum", "cpu", True, None)
+    for (name, _), case in _cases(rank, p).items():
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
             case.run()
-        out[name] = [str(w.message) for w in seen if issubclass(w.category, FutureWarning)]
+        out.setdefault(name, []).extend(str(w.message) for w in seen
+                                        if issubclass(w.category, FutureWarning))
     return out
 
 
@@ -318,6 +335,48 @@ def test_end_to_end_tiny(tmp_path, capsys):
     assert all(m["wrong"] == 0 and m["calls"] >= 2 * 3 and len(m["runs_us"]) == 2 for m in ms)
     assert all(m["time_min_us"] <= m["time_us"] <= m["time_max_us"] for m in ms)
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_every_collective_end_to_end(tmp_path, capsys):
+    """--collectives all: broadcast, reduce, gather, scatter and all-to-all beside
+    the first three, ringcoll and gloo, exact (a table and a plot panel each), at
+    p = 3 and sizes that do not divide evenly."""
+    rc = main(["-b", "12", "-e", "6K", "-f", "22", "--nproc", "3", "--budget", "0.01",
+               "-n", "2", "-R", "2", "-w", "1", "--collectives", "all", "--out", str(tmp_path)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    for coll in records.RECORDS:
+        assert f"# ringcoll (transport auto) {coll}, 3 processes, cpu" in out, coll
+        assert f"# gloo {coll}, 3 processes, cpu" in out, coll
+    data = json.loads((tmp_path / "ringcoll-bench.json").read_text())
+    rows = data["results"]
+    assert {r["collective"] for r in rows} == set(records.RECORDS)
+    ms = [(r["collective"], r[k]) for r in rows for k in ("oop", "ip") if r[k]]
+    assert all(m["wrong"] == 0 for _, m in ms), [c for c, m in ms if m["wrong"]]
+    assert {r["root"] for r in rows if records.RECORDS[r["collective"]].rooted} == {0}
+    assert set(report.plot_series(rows)) == set(records.RECORDS)
+    assert (tmp_path / "ringcoll-bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_point_the_algorithm_does_not_serve_is_skipped(tmp_path, capsys, monkeypatch):
+    """A ringcoll variant forced to an algorithm that declares world sizes 2 and 4
+    and all-reduces from 1 KiB (tests/pyapplies.py): at p = 3 every point is skipped
+    and says why; at p = 2 only the sizes below 1 KiB; gloo runs everything."""
+    monkeypatch.setenv("RINGCOLL_ALGO_MODULES", "tests.pyapplies")
+    rc = main(["-b", "256", "-e", "4K", "-f", "16", "--nproc", "2,3", "--budget", "0.01",
+               "-n", "2", "-R", "2", "-w", "1", "--collectives", "all_reduce",
+               "--backends", "ringcoll+algo=pyapplies,gloo", "--out", str(tmp_path)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    rows = json.loads((tmp_path / "ringcoll-bench.json").read_text())["results"]
+    mine = {(r["nproc"], r["size"]): r for r in rows if r["backend"] != "gloo"}
+    assert set(mine) == {(2, 256), (2, 4096), (3, 256), (3, 4096)}
+    assert "1 KiB" in mine[(2, 256)]["skipped"] and mine[(2, 256)]["ip"] is None
+    assert "skipped" not in mine[(2, 4096)] and mine[(2, 4096)]["ip"]["wrong"] == 0
+    for size in (256, 4096):
+        assert "p=3 is not among its world sizes" in mine[(3, size)]["skipped"]
+    assert "# 256 B: skipped: algorithm 'pyapplies' does not apply to all_reduce at p=2" in out
+    assert all(r["ip"] for r in rows if r["backend"] == "gloo")
 
 
 def test_share_gpu_env(monkeypatch):
@@ -400,7 +459,10 @@ def test_good_arguments_parse():
     w = bench.parse_args(["--out", "bench-out/walk", "--csv", ""])  # a folder of its own
     assert (w.json, w.csv, w.plot) == ("bench-out/walk/ringcoll-bench.json", "",
                                        "bench-out/walk/ringcoll-bench.png")
-    assert d.collectives == list(records.RECORDS) and d.backends == ["ringcoll", "gloo"]
+    assert d.collectives == list(records.DEFAULT) and d.backends == ["ringcoll", "gloo"]
+    assert bench.parse_args(["--collectives", "all"]).collectives == list(records.RECORDS)
+    assert bench.parse_args(["--collectives", "alltoall,gather"]).collectives == \
+        ["all_to_all", "gather"]
 
 
 def test_help_gives_every_option_its_default():

@@ -359,7 +359,8 @@ def test_auto_turns_a_table_of_predictions_into_ranges(monkeypatch):
         return 1.0 if algo == best or (algo == "twoshot" and best == "ring") else 2.0 + len(algo)
 
     monkeypatch.setattr(auto, "predict", fake)
-    monkeypatch.setattr(auto, "candidates", lambda c, p: ["ring", "rhd", "tree", "twoshot"])
+    monkeypatch.setattr(auto, "candidates", lambda c, p, dropped=None: ["ring", "rhd", "tree",
+                                                                         "twoshot"])
     got = auto.entry("all_reduce", 4, "shm", model.DEFAULTS)
     assert got == "allreduce=rhd:0-1K,tree:1K-64K,ring:64K-1M,tree:1M-4M,ring", got
     value = auto.resolve("all_reduce=auto", 4, "shm", model.DEFAULTS)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -47,7 +48,8 @@ import torch.distributed as dist
 import ringcoll
 import ringcoll.ops
 from ringcoll import _C, check, model, schedules, sim
-from ringcoll.schedules import AlgorithmError, Params, Schedule, recv_copy, reduced, register, send
+from ringcoll.schedules import (AlgorithmError, Params, Schedule, Transfer, recv_copy, reduced,
+                                register, send)
 from tests import mp
 from tests.test_algorithms import algorithms_matrix
 
@@ -617,6 +619,252 @@ def test_shipped_algorithms_against_references(world_size, transport, hosts):
     algos = {"twolevel": SHIPPED_ALGOS["twolevel"]} if hosts else SHIPPED_ALGOS
     mp.run_checks(world_size, algorithms_matrix, algos, timeout=600, transport=transport,
                   env=_env(transport), rank_env={"RINGCOLL_HOST": hosts} if hosts else None)
+
+
+# --------------------------------------------------------------------------------
+# the vocabulary: incoming-first reduces, an empty scratch, results and reduced marks
+# in the scratch (examples/recdbl.py, tests/pyvocab.py)
+
+RECDBL = str(REPO / "examples" / "recdbl.py")
+_VOCAB = f"{RECDBL},tests.pyvocab"
+
+
+def _swap(prm):
+    from tests.pyvocab import swap
+
+    return swap(prm)
+
+
+def _swap_one_order(prm):
+    """pyswap with every fold buffer-first: the two partners fold in opposite orders."""
+    s = _swap(prm)
+    s.steps = [[Transfer("recv_reduce", *t[1:]) if isinstance(t, Transfer) and
+                t.kind == "recv_reduce_first" else t for t in st] for st in s.steps]
+    return s
+
+
+def _reads_empty_scratch(prm):
+    """pyswap that sends its scratch in round 0, before anything was written there."""
+    s = _swap(prm)
+    q = s.steps[0][0].peer
+    s.steps[0][:2] = [send(q, (prm.n, 2 * prm.n)), recv_copy(q, (0, prm.n))]
+    return s
+
+
+def _marks_across(prm):
+    s = _swap(prm)
+    s.steps[-1] = [t for t in s.steps[-1] if not isinstance(t, schedules.Reduced)] + \
+        [reduced((prm.n - 1, prm.n + 1))]
+    return s
+
+
+def test_the_vocabulary_is_proved_and_its_mistakes_refused():
+    d = _definition("pyswap", _swap)
+    for p in (1, 2, 4, 8):
+        for n in (0, 1, 5, 64):
+            sched, _ = _prepare(d, "all_reduce", 0, p, n)
+            rounds = (p - 1).bit_length()
+            # the result moves out of the scratch after an odd number of rounds:
+            # a last step of one local copy
+            moved = rounds % 2 == 1 and n > 0
+            assert len(sched[3]) == max(1, 2 * rounds) + moved, (p, n, sched[3])
+            assert sched[1] == (0, n) and sched[4] is False  # result in place, empty scratch
+            if moved:
+                assert sched[3][-1] == ([(0, 0, n, 2 * n), (1, 0, 0, n)], []), sched[3][-1]
+    for fn, fragment in ((_swap_one_order, "element 0 is folded as (0 + 1) on rank 1 but as "
+                                           "(1 + 0) on rank 0: the ranks would end with "
+                                           "different bits"),
+                         (_reads_empty_scratch, "step 0: rank 0 sends [9, 18) to rank 1 before "
+                                                "it holds all of it"),
+                         (_marks_across, "marks [8, 10) reduced, which spans the end of the "
+                                         "buffer (9) and its scratch")):
+        with pytest.raises(AlgorithmError, match=re.escape(fragment)):
+            _prepare(_definition("pybadvocab", fn), "all_reduce", 0, 2, 9)
+
+
+def test_recursive_doubling_is_proved_for_any_p():
+    out = _tool(["ringcoll.check", "recdbl", "recdbl_copyback", "pyswap", "--max-p", "9"],
+                modules=_VOCAB)
+    assert out.returncode == 0, out.stderr
+    for line in ("recdbl (all_reduce, barrier): ", "recdbl_copyback (all_reduce, barrier): ",
+                 "pyswap (all_reduce, barrier): ", "pyswap: all_reduce skipped at p = 3, 5-7, 9"):
+        assert line in out.stdout, out.stdout
+    # one receive and one reduce a round: two steps, where the copy-back takes three
+    from ringcoll.schedules import Params
+
+    sys.path.insert(0, str(REPO / "examples"))
+    try:
+        schedules.load_modules(RECDBL)
+        import recdbl
+    finally:
+        sys.path.pop(0)
+    for p, steps, copyback in ((2, 2, 3), (4, 4, 6), (8, 6, 9), (6, 6, 8)):
+        assert len(recdbl.all_reduce(Params(0, p, 10)).steps) == steps, p
+        assert len(recdbl.all_reduce_copyback(Params(0, p, 10)).steps) == copyback, p
+
+
+def signed_zeros_world(rank, p, algo):
+    """MAX over +0, -0 and NaNs of different payloads, whose result bits depend on the
+    operand order: every rank ends with what lower OP upper gives at every round of
+    recursive doubling (computed with ringcoll's own reducer), bit for bit."""
+    from ringcoll import _C
+
+    def inputs(r):
+        bits = [0, -2**31, 0x7fc00000 + r, -4194304 - r, 0, -2**31, 0x7f800001 + r]
+        return torch.tensor([bits[(i + r) % len(bits)] for i in range(21)],
+                            dtype=torch.int32).view(torch.float32)
+
+    def fold(ranks):  # lower OP upper, halving
+        if len(ranks) == 1:
+            return inputs(ranks[0])
+        half = len(ranks) // 2
+        return _C.cpu_reduce(fold(ranks[:half]), fold(ranks[half:]), "max")
+
+    g = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(algo=algo))
+    x = inputs(rank)
+    dist.all_reduce(x, op=dist.ReduceOp.MAX, group=g)
+    want = fold(list(range(p)))
+    if not torch.equal(x.view(torch.int32), want.view(torch.int32)):
+        return [f"{algo}: {x.view(torch.int32).tolist()} != {want.view(torch.int32).tolist()}"]
+    return []
+
+
+@pytest.mark.parametrize("algo", ["recdbl", "pyswap"])
+@pytest.mark.parametrize("transport", ["shm", "stream"])
+def test_incoming_first_folds_in_the_schedules_order(algo, transport):
+    """The engine reduces incoming OP buffer where the schedule says so: on a
+    one-buffer-first engine the upper rank of each pair folds upper OP lower and
+    its bits differ."""
+    mp.run_checks(4, signed_zeros_world, algo, timeout=180, transport=transport,
+                  env={"RINGCOLL_ALGO_MODULES": _VOCAB})
+
+
+VOCAB_ALGOS = {"recdbl": ["allreduce", "barrier"], "recdbl_copyback": ["allreduce", "barrier"],
+               "pyswap": ["allreduce", "barrier"]}
+
+
+@pytest.mark.parametrize("world_size, transport", [(2, "shm"), (2, "gloo"), (4, "shm"),
+                                                   (4, "stream"), (3, "shm")])
+def test_vocabulary_algorithms_against_references(world_size, transport):
+    algos = {a: c for a, c in VOCAB_ALGOS.items() if a != "pyswap" or world_size != 3}
+    mp.run_checks(world_size, algorithms_matrix, algos, timeout=600, transport=transport,
+                  env={**_env(transport), "RINGCOLL_ALGO_MODULES": _VOCAB})
+
+
+# --------------------------------------------------------------------------------
+# where an algorithm applies (Applies): every tool honours the declaration
+
+
+def test_a_declaration_is_checked_and_described():
+    from ringcoll.schedules import POWERS_OF_TWO, Applies
+
+    assert Applies().describe() == "everywhere"
+    assert Applies(world_sizes=POWERS_OF_TWO, min_bytes=1 << 10, max_bytes=64 << 20,
+                   count_multiple=8).describe() == \
+        "world sizes powers of two; from 1 KiB; below 64 MiB; counts multiples of 8"
+    assert Applies(world_sizes=range(4, 1, -1)).world_sizes == (2, 3, 4)
+    for bad, fragment in (({"world_sizes": [0]}, "world_sizes [0]"),
+                          ({"world_sizes": "odd"}, "world_sizes 'odd'"),
+                          ({"min_bytes": -1}, "min_bytes -1"),
+                          ({"min_bytes": 8, "max_bytes": 8}, "max_bytes 8"),
+                          ({"count_multiple": 0}, "count_multiple 0")):
+        with pytest.raises(ValueError, match=re.escape(fragment)):
+            Applies(**bad)
+    with pytest.raises(TypeError, match="applies must be a ringcoll.schedules.Applies"):
+        register("pyapplies2", "all_reduce", applies={"world_sizes": [2]})
+
+
+_APPLIES = "tests.pyapplies"  # pyring's all-reduce for p = 2 and 4, from 1 KiB
+
+
+def test_check_and_sim_skip_what_the_algorithm_does_not_serve_and_say_so():
+    out = _tool(["ringcoll.check", "pyapplies", "--max-p", "6"], modules=_APPLIES)
+    assert out.returncode == 0, out.stderr
+    assert "pyapplies: all_reduce skipped at p = 1, 3, 5-6: world sizes 2, 4; from 1 KiB " \
+           "(it declares)" in out.stdout, out.stdout
+    assert "pyapplies (all_reduce, barrier): " in out.stdout, out.stdout
+    out = _tool(["ringcoll.sim", "--algo", "pyapplies", "--per-host", "3", "--size", "64K"],
+                modules=_APPLIES)
+    assert out.returncode == 0, out.stderr
+    assert "pyapplies all_reduce 65536 B on 1 x 3: skipped: algorithm 'pyapplies' does not " \
+           "apply to all_reduce at p=3" in out.stdout, out.stdout
+    out = _tool(["ringcoll.sim", "--algo", "pyapplies", "--per-host", "4", "--size", "512"],
+                modules=_APPLIES)
+    assert "skipped: algorithm 'pyapplies' does not apply to all_reduce at p=4, n=128 " \
+           "(512 bytes): 512 bytes is below 1 KiB" in out.stdout, out.stdout
+    out = _tool(["ringcoll.sim", "--algo", "pyapplies", "--per-host", "4", "--size", "64K"],
+                modules=_APPLIES)
+    assert "pyapplies all_reduce 65536 B on 1 x 4: " in out.stdout and "us, 6 steps" in \
+        out.stdout, out.stdout
+
+
+_AUTO_SNIPPET = """
+import json
+from ringcoll import _modules, model
+from ringcoll.model import auto
+_modules.load_from_environment()
+out = {}
+for p in (2, 3):
+    dropped = {}
+    t = auto.predictions("all_reduce", p, "shm", model.DEFAULTS, auto.GRID, dropped)
+    out[p] = {"priced": {a: [v != float("inf") for v in ts] for a, ts in t.items()},
+              "dropped": auto.left_out(dropped)}
+print(json.dumps(out))
+"""
+
+
+def test_auto_and_the_model_leave_out_what_the_algorithm_does_not_serve():
+    import json
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
+    env["RINGCOLL_ALGO_MODULES"] = _APPLIES
+    out = subprocess.run([sys.executable, "-c", _AUTO_SNIPPET], capture_output=True, text=True,
+                         timeout=300, env=env, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    priced = got["2"]["priced"]["pyapplies"]  # only where [size, next size) is >= 1 KiB
+    from ringcoll.model import auto
+
+    assert priced == [b >= 1024 for b in auto.GRID], priced
+    assert all(got["2"]["priced"]["ring"]) and got["2"]["dropped"] == ""
+    assert "pyapplies" not in got["3"]["priced"]
+    assert "pyapplies for all_reduce (algorithm 'pyapplies' does not apply to all_reduce at " \
+           "p=3: p=3 is not among its world sizes" in got["3"]["dropped"], got["3"]
+
+
+def refused_world(rank, p):
+    """pyapplies (world sizes 2 and 4, all-reduces from 1 KiB) forced on a group."""
+    failures = []
+    g = dist.new_group(backend="ringcoll", timeout=timedelta(seconds=30),
+                       pg_options=ringcoll.Options(algo="pyapplies"))
+    for n in (64, 1000):
+        x = torch.full((n,), float(rank + 1))
+        msg, _, elapsed = _attempt(lambda: dist.all_reduce(x, group=g))
+        served = p in (2, 4) and n * 4 >= 1024
+        if served and (msg != "no error" or not torch.equal(x, torch.full((n,), p * (p + 1) / 2))):
+            failures.append(f"n={n}: {msg} {x[:3].tolist()}")
+        why = f"p={p} is not among its world sizes" if p not in (2, 4) else \
+            f"{n * 4} bytes is below 1 KiB"
+        want = (f"ringcoll::allreduce: algorithm 'pyapplies' does not apply to all_reduce at "
+                f"p={p}, n={n} ({n * 4} bytes): {why} (pyapplies declares for all_reduce: world "
+                "sizes 2, 4; from 1 KiB); RINGCOLL_ALGO (or Options(algo=...)) must name another")
+        if not served and (want not in msg or elapsed > 5 or
+                           not torch.equal(x, torch.full((n,), float(rank + 1)))):
+            failures.append(f"n={n}: {msg!r}, want {want!r}")
+    # the group is intact: a barrier (which runs the default where pyapplies does not
+    # serve it) and a collective pyapplies does not provide
+    dist.barrier(group=g)
+    y = torch.arange(5.0) if rank == 0 else torch.zeros(5)
+    dist.broadcast(y, src=0, group=g)
+    if not torch.equal(y, torch.arange(5.0)):
+        failures.append(f"broadcast after: {y.tolist()}")
+    return failures
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_call_the_algorithm_does_not_serve_is_refused_on_every_rank(world_size):
+    mp.run_checks(world_size, refused_world, timeout=180, transport="shm",
+                  env={"RINGCOLL_ALGO_MODULES": _APPLIES})
 
 
 # --------------------------------------------------------------------------------

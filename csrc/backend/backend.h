@@ -294,12 +294,27 @@ class RingcollBackend final : public c10d::Backend {
   // and breaks the group, and the other ranks, which entered the collective, learn
   // why from the group's store (launchCpu's and StreamPath::launch's rule for a
   // body that throws).
+  // An algorithm that declares where it applies (registry.h: Applies) and does not
+  // serve this call is refused here, on every rank alike, before anything is sent
+  // (a barrier runs the default instead).
   template <typename MakeParams>
   algo::Prepared algorithm(const char* op, algo::Collective c, size_t bytes,
                            const at::Tensor& like, MakeParams&& makeParams) const {
-    const algo::Algorithm& a = choose(op, c, bytes, like);
-    if (!a.prepare) return algo::Prepared(algo::Prepared(), &a);  // not owned: no count kept
-    return prepare(a, c, makeParams());
+    const algo::Algorithm* a = &choose(op, c, bytes, like);
+    const bool declares = !a->applies(c).everywhere();
+    if (!a->prepare && !declares) return algo::Prepared(algo::Prepared(), a);  // not owned
+    const algo::Params prm = makeParams();
+    if (declares) {
+      const std::string why = a->refusal(c, prm.size, prm.n, bytes, prm.root);
+      if (!why.empty() && c == algo::Collective::kBarrier) {
+        a = &algo::defaultAlgorithm(c);
+        if (knobs_.debug) logChoice(op, bytes, a->name.c_str(), ("default: " + why).c_str());
+      }
+      TORCH_CHECK(why.empty() || c == algo::Collective::kBarrier, "ringcoll::", op, ": ", why,
+                  "; RINGCOLL_ALGO (or Options(algo=...)) must name another algorithm for it");
+    }
+    if (!a->prepare) return algo::Prepared(algo::Prepared(), a);  // not owned: no count kept
+    return prepare(*a, c, prm);
   }
   // algorithm()'s two halves: the selection (and its debug line), and the
   // preparation of an algorithm written in Python.

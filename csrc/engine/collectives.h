@@ -40,7 +40,8 @@ inline void describeReduction(Fingerprint& fp, const Reduction& red) {
 // local input in the job's prologue (once the ranks agreed, before anything is
 // sent); AVG divides by p where the schedule marks elements reduced. A schedule
 // with scratch (schedules/schedule.h) gets it from the reducer's device as a second
-// region, its first elements a copy of buf's in the prologue, after the
+// region, its first elements a copy of buf's in the prologue (unless the schedule's
+// scratch starts empty), after the
 // scaling (host memory on CPU, stream-ordered device memory on CUDA); a reducer
 // with no memory to give makes the call fail with std::invalid_argument naming
 // the algorithm.
@@ -60,9 +61,12 @@ inline Job reducingJob(Schedule schedule, const Params& prm, void* buf, DType dt
   if (red.premul || keep) {
     const double factor = red.premul ? red.premulFactor : 1.0;
     const bool premul = red.premul;
-    job.prologue = [&reducer, buf, n, dtype, factor, premul, keep, scratch] {
+    const bool copy = schedule.scratchCopy;  // else the scratch starts empty
+    job.prologue = [&reducer, buf, n, dtype, factor, premul, keep, scratch, copy] {
       if (premul) reducer.multiply(buf, n, dtype, factor);
-      if (keep) reducer.copy(keep, buf, std::min(scratch, n) * elementSize(dtype), false);
+      if (keep && copy) {
+        reducer.copy(keep, buf, std::min(scratch, n) * elementSize(dtype), false);
+      }
     };
   }
   job.schedule = std::move(schedule);

@@ -315,11 +315,15 @@ void Execution::consume(const PlanOp& op, const void* view) {
       out = transport_.sendSlot(fpeer, nb);
     }
   }
+  // The operands in the schedule's order (schedule.h): buffer OP incoming, or
+  // incoming OP buffer (op.first).
+  const void* a = op.first ? view : local;
+  const void* b = op.first ? static_cast<const void*>(local) : view;
   if (out == nullptr) {
-    reducer_.reduce(local, local, view, op.count, job_.dtype, job_.op);
+    reducer_.reduce(local, a, b, op.count, job_.dtype, job_.op);
     return;
   }
-  reducer_.reduce2(op.localLive ? local : out, op.localLive ? out : nullptr, local, view,
+  reducer_.reduce2(op.localLive ? local : out, op.localLive ? out : nullptr, a, b,
                    op.count, job_.dtype, job_.op);
   if (OpTrace* t = traced(static_cast<uint32_t>(op.forward))) {
     t->post = Tracer::now();
@@ -341,15 +345,16 @@ bool Execution::runLocals() {
     const uint32_t i = locals[a];
     const PlanOp& op = plan_.ops[i];
     if (state_[i] == 2 || !ready(op)) continue;
-    if (op.kind == OpKind::kLocalReduce) {
+    if (op.kind == OpKind::kLocalReduce && !op.first) {
       // The local reduces after it into the same elements, each waiting only for
       // the ones before: one fused reduction in the same order (one-shot's fold of
-      // its own input and the parked ones: one kernel).
+      // its own input and the parked ones: one kernel). Only buffer OP source ones
+      // (reduceMany folds each source in after the buffer).
       run.assign(1, i);
       size_t b = a + 1;
       for (; b < locals.size(); ++b) {
         const PlanOp& nx = plan_.ops[locals[b]];
-        if (state_[locals[b]] == 2 || nx.kind != OpKind::kLocalReduce ||
+        if (state_[locals[b]] == 2 || nx.kind != OpKind::kLocalReduce || nx.first ||
             nx.begin != op.begin || nx.count != op.count || !readyAfter(nx, run)) {
           break;
         }
@@ -375,6 +380,8 @@ bool Execution::runLocals() {
     if (t) t->arrive = Tracer::now();
     if (op.kind == OpKind::kLocalCopy) {
       reducer_.copy(at(op), at(op.src), bytes(op), streaming_);
+    } else if (op.first) {  // source OP buffer (schedule.h: kRecvReduceFirst)
+      reducer_.reduce(at(op), at(op.src), at(op), op.count, job_.dtype, job_.op);
     } else {
       reducer_.reduce(at(op), at(op), at(op.src), op.count, job_.dtype, job_.op);
     }

@@ -127,12 +127,14 @@ void Execution::consumeWave(const std::vector<uint32_t>& wave) {
               " consumes a receive before what it depends on");
     // Receive-reduces into the same elements from other peers, each waiting only
     // for the ones before: one fused reduction (one kernel) in the same order.
+    // Only buffer OP incoming ones: reduceMany folds each source in after the buffer.
     run.assign(1, recvs[k]);
     size_t e = k + 1;
-    while (op.kind == OpKind::kRecvReduce && e < recvs.size()) {
+    const bool fuses = op.kind == OpKind::kRecvReduce && !op.first;
+    while (fuses && e < recvs.size()) {
       const PlanOp& nx = plan_.ops[recvs[e]];
-      if (nx.kind != OpKind::kRecvReduce || nx.begin != op.begin || nx.count != op.count ||
-          !readyAfter(nx, run)) {
+      if (nx.kind != OpKind::kRecvReduce || nx.first || nx.begin != op.begin ||
+          nx.count != op.count || !readyAfter(nx, run)) {
         break;
       }
       bool samePeer = false;
@@ -143,12 +145,12 @@ void Execution::consumeWave(const std::vector<uint32_t>& wave) {
     // Then the local reduces into the same elements that come next (one-shot's own
     // input and the inputs that came early): the same fold, in the same order.
     size_t received = run.size();
-    if (op.kind == OpKind::kRecvReduce) {
+    if (fuses) {
       for (uint32_t j : plan_.locals) {
         if (state_[j] == 2) continue;
         const PlanOp& lo = plan_.ops[j];
-        if (lo.kind != OpKind::kLocalReduce || lo.begin != op.begin || lo.count != op.count ||
-            !readyAfter(lo, run)) {
+        if (lo.kind != OpKind::kLocalReduce || lo.first || lo.begin != op.begin ||
+            lo.count != op.count || !readyAfter(lo, run)) {
           break;
         }
         run.push_back(j);

@@ -17,7 +17,7 @@ OpKind opKind(Kind k) {
   switch (k) {
     case Kind::kSend: return OpKind::kSend;
     case Kind::kRecvCopy: return OpKind::kRecvCopy;
-    case Kind::kRecvReduce: return OpKind::kRecvReduce;
+    case Kind::kRecvReduce: case Kind::kRecvReduceFirst: return OpKind::kRecvReduce;
   }
   RC_ASSERT(false, "unknown transfer kind");
 }
@@ -56,7 +56,10 @@ void addLocals(std::vector<PlanOp>& ops, const Step& st, int self, int step, siz
     const size_t before = ops.size();
     addSegments(ops, recvs[k]->kind == Kind::kRecvCopy ? OpKind::kLocalCopy : OpKind::kLocalReduce,
                 -1, step, to, segElems);
-    for (size_t i = before; i < ops.size(); ++i) ops[i].src = from.begin + (ops[i].begin - to.begin);
+    for (size_t i = before; i < ops.size(); ++i) {
+      ops[i].src = from.begin + (ops[i].begin - to.begin);
+      ops[i].first = recvs[k]->kind == Kind::kRecvReduceFirst;
+    }
   }
 }
 
@@ -134,7 +137,9 @@ Plan compilePlan(const Schedule& schedule, size_t segElems, bool finish, int sel
     const Step& st = schedule.steps[s];
     for (const Transfer& t : st.transfers) {
       if (t.peer == self) continue;
+      const size_t before = ops.size();
       addSegments(ops, opKind(t.kind), t.peer, static_cast<int>(s), t.range, segElems);
+      for (size_t i = before; i < ops.size(); ++i) ops[i].first = t.kind == Kind::kRecvReduceFirst;
     }
     addLocals(ops, st, self, static_cast<int>(s), segElems);
     if (finish) {

@@ -67,6 +67,7 @@ struct PlanOp {
   int32_t forward = -1;               // kRecvReduce: the send it may be written into
   bool localLive = true;              // kRecvReduce with forward: keep the in-place result
   bool forwarded = false;             // kSend: the forward of some receive-reduce
+  bool first = false;  // kRecvReduce, kLocalReduce: incoming OP buffer (Kind::kRecvReduceFirst)
 };
 
 // The operations with one peer, in the order the transport carries them.

@@ -3,8 +3,10 @@
 // (reduce/cuda_reducer.h, enqueues kernels on the comm stream).
 //
 // Contract for every method: pointers are to `count` elements of `dtype`, aligned
-// to the element size; dst may alias a (in-place reduction) but must not partially
-// overlap a or b. The (dtype, op) pair has passed opSupported().
+// to the element size; dst may alias a or b entirely (an in-place reduction, in
+// either operand order: schedules/schedule.h's kRecvReduceFirst folds incoming OP
+// buffer) but must not partially overlap them: every element's operands are read
+// before its result is written. The (dtype, op) pair has passed opSupported().
 #pragma once
 
 #include <cstddef>
@@ -26,7 +28,7 @@ class Reducer {
                       DType dtype, RedOp op) = 0;
   // dst[i] = op(a[i], b[i]) and, when dst2 != nullptr, also dst2[i] (the executor's
   // receive-reduce-forward: the result goes in place and into the outgoing
-  // message). dst may alias a; dst2 aliases nothing.
+  // message). dst may alias a or b; dst2 aliases nothing.
   virtual void reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
                        DType dtype, RedOp op) = 0;
   // dst[i] = op(...op(op(dst[i], srcs[0][i]), srcs[1][i])..., srcs[k-1][i]): the k

@@ -5,6 +5,7 @@
 #include <deque>
 #include <mutex>
 #include <stdexcept>
+#include <utility>
 
 #include "common/errors.h"
 
@@ -116,6 +117,59 @@ const Builder& Algorithm::builder(Collective c) const {
     case Collective::kAlltoall: return alltoall;
   }
   RC_ASSERT(false, "collective ", static_cast<int>(c));
+}
+
+namespace {
+std::string bytesText(size_t b) {
+  for (const auto& [shift, unit] : {std::pair{30, "GiB"}, {20, "MiB"}, {10, "KiB"}}) {
+    if (b >= (size_t{1} << shift) && b % (size_t{1} << shift) == 0) {
+      return RC_STR(b >> shift, " ", unit);
+    }
+  }
+  return RC_STR(b, " B");
+}
+}  // namespace
+
+std::string Applies::breaks(int p, size_t n, size_t bytes, int root) const {
+  if (powersOfTwo && (p & (p - 1)) != 0) return RC_STR("p=", p, " is not a power of two");
+  if (!worldSizes.empty() &&
+      !std::binary_search(worldSizes.begin(), worldSizes.end(), p)) {
+    return RC_STR("p=", p, " is not among its world sizes");
+  }
+  if (n != SIZE_MAX && countMultiple > 1 && n % countMultiple != 0) {
+    return RC_STR("n=", n, " is not a multiple of ", countMultiple);
+  }
+  if (root >= 0 && !roots.empty() && !std::binary_search(roots.begin(), roots.end(), root)) {
+    return RC_STR("root ", root, " is not among its roots");
+  }
+  if (bytes != SIZE_MAX && bytes < minBytes) {
+    return RC_STR(bytes, " bytes is below ", bytesText(minBytes));
+  }
+  if (bytes != SIZE_MAX && bytes >= maxBytes) {
+    return RC_STR(bytes, " bytes is not below ", bytesText(maxBytes));
+  }
+  return "";
+}
+
+const Applies& Algorithm::applies(Collective c) const {
+  return where[static_cast<size_t>(c == Collective::kBarrier ? Collective::kAllreduce : c)];
+}
+
+std::string Algorithm::refusal(Collective c, int p, size_t n, size_t bytes, int root) const {
+  const Applies& a = applies(c);
+  if (a.everywhere()) return "";
+  const bool rooted = c == Collective::kBroadcast || c == Collective::kReduce ||
+                      c == Collective::kGather || c == Collective::kScatter;
+  const std::string why =
+      a.breaks(p, n, c == Collective::kBarrier ? SIZE_MAX : bytes, rooted ? root : -1);
+  if (why.empty()) return "";
+  std::string call = RC_STR("p=", p);
+  if (n != SIZE_MAX) call += RC_STR(", n=", n);
+  if (rooted && root >= 0) call += RC_STR(", root ", root);
+  if (bytes != SIZE_MAX && c != Collective::kBarrier) call += RC_STR(" (", bytes, " bytes)");
+  return RC_STR("algorithm '", name, "' does not apply to ", torchCollectiveName(c), " at ",
+                call, ": ", why, " (", name, " declares for ", torchCollectiveName(c), ": ",
+                a.declared, ")");
 }
 
 std::string Algorithm::provided() const {

@@ -37,7 +37,9 @@
 // gather, scatter and all-to-all, which ring does not provide: direct.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -71,6 +73,34 @@ std::string collectiveNames();
 // simulator and timeline do.
 const char* torchCollectiveName(Collective c);
 
+// Where an algorithm's collective applies: its declaration (the default, and every
+// built-in algorithm's: everywhere). An algorithm that serves only some world sizes
+// (powers of two, say), some buffer sizes, or counts that are multiples of its
+// chunking (an imported MSCCL algorithm) says so here, and every tool honours it:
+// the backend refuses a call it does not serve with an error naming the algorithm,
+// the collective, p, n and bytes and the declaration (a barrier, whose bytes are not
+// the user's, runs the default instead); RINGCOLL_ALGO=auto and the cost model leave
+// it out where it does not apply; ringcoll.check, .sim and .bench skip what it does
+// not serve and say so. Bytes are the selector's (select.h: the collective's buffer).
+struct Applies {
+  std::vector<int> worldSizes;  // served world sizes, sorted; empty: every one
+  bool powersOfTwo = false;     // only powers of two (with worldSizes: both must hold)
+  size_t minBytes = 0;          // minBytes <= bytes < maxBytes, as RINGCOLL_ALGO's ranges
+  size_t maxBytes = SIZE_MAX;
+  size_t countMultiple = 1;     // n (Params::n) a multiple of it
+  std::vector<int> roots;       // served roots, sorted (rooted collectives); empty: every one
+  std::string declared;         // the declaration in words, for messages
+
+  bool everywhere() const {
+    return worldSizes.empty() && !powersOfTwo && minBytes == 0 && maxBytes == SIZE_MAX &&
+           countMultiple == 1 && roots.empty();
+  }
+  // "" when p (and n, bytes and root, unless SIZE_MAX or -1: not asked) are served,
+  // else the part of the declaration they break ("p=3 is not a power of two").
+  std::string breaks(int p, size_t n = SIZE_MAX, size_t bytes = SIZE_MAX,
+                     int root = -1) const;
+};
+
 struct Algorithm;
 // The algorithm one call runs (Algorithm::prepare): owned when prepared, else a
 // registry entry, not owned.
@@ -98,6 +128,18 @@ struct Algorithm {
   // for them (ringcoll.ops' blocking op, a destructor); so a prepared builder
   // never calls out.
   Preparer prepare;
+  // Where each collective applies, by Collective (barrier: the all-reduce's).
+  Applies where[std::size(kCollectives)];
+
+  // The declaration of c (barrier: the all-reduce's).
+  const Applies& applies(Collective c) const;
+  // "" when this algorithm's c serves a call of p ranks, n elements and `bytes`
+  // (SIZE_MAX: not asked; a barrier's bytes are never asked), else one line naming
+  // the algorithm, c, the call and the declaration: "algorithm 'x' does not apply to
+  // all_reduce at p=3, n=9 (36 bytes): p=3 is not a power of two (x declares for
+  // all_reduce: world sizes powers of two)".
+  std::string refusal(Collective c, int p, size_t n = SIZE_MAX, size_t bytes = SIZE_MAX,
+                      int root = -1) const;
 
   // The builder of c (barrier: the all-reduce's); empty if not provided.
   const Builder& builder(Collective c) const;

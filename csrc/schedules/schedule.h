@@ -32,12 +32,20 @@
 //     copies or reduces the sent range into its own (the same size, not
 //     overlapping) without a message. It lets a schedule fix the order in which a
 //     rank folds its own input in with the ones it received (one-shot);
+//   * a receive-reduce folds the incoming range into the one in place in a fixed
+//     operand order, which every rank of an all-reduce must keep alike (the same
+//     bits: max(+0, -0) and NaN payloads depend on it): kRecvReduce computes
+//     buffer = buffer OP incoming, kRecvReduceFirst buffer = incoming OP buffer. So
+//     both partners of an exchange can compute lower OP upper (recursive doubling);
 //   * `scratch` > 0 extends the buffer past n: elements [n, n + scratch) are memory
-//     the job provides; the first min(scratch, n) of them hold a copy of [0, n)
-//     taken before step 0 (once the ranks agreed, after PREMUL_SUM's scaling), the
-//     rest are written before they are read. An algorithm that must still send its
-//     input after it began reducing into it (one-shot) sends from the copy.
-//     Transfers may address [0, n + scratch); `result` and `reduced` lie in [0, n).
+//     the job provides; unless `scratchCopy` is false (scratch starts empty), the
+//     first min(scratch, n) of them hold a copy of [0, n) taken before step 0 (once
+//     the ranks agreed, after PREMUL_SUM's scaling); the rest are written before
+//     they are read. An algorithm that must still send its input after it began
+//     reducing into it (one-shot) sends from the copy. Transfers and `reduced` may
+//     address [0, n + scratch), each range within [0, n) or within the scratch;
+//     `result` lies in [0, n) (ringcoll.schedules moves a result that a Python
+//     algorithm leaves in its scratch with a local copy step at the end).
 //
 // A schedule knows no tensors, devices, streams or sockets, so it can be checked
 // and simulated with none. A new algorithm is a new file producing these plus one
@@ -74,8 +82,10 @@ inline int mod(int a, int p) { return ((a % p) + p) % p; }
 enum class Kind : uint8_t {
   kSend,        // send the range to peer
   kRecvCopy,    // receive the range from peer and store it in place
-  kRecvReduce,  // receive the range from peer and reduce it into place
+  kRecvReduce,  // receive the range from peer and reduce it into place: buffer OP incoming
+  kRecvReduceFirst,  // the same with the incoming operand first: incoming OP buffer
 };
+inline bool reduces(Kind k) { return k == Kind::kRecvReduce || k == Kind::kRecvReduceFirst; }
 
 struct Transfer {
   Kind kind = Kind::kSend;
@@ -124,6 +134,7 @@ struct Schedule {
   std::vector<Step> steps;
   Range result;
   size_t scratch = 0;  // elements past n, the first n of them a copy of [0, n) (above)
+  bool scratchCopy = true;  // false: the scratch starts empty (no copy is made)
   // 0, or a hash of every rank's schedule of this call (Python algorithms: their
   // definition may differ between processes, where a built-in's cannot). The
   // fingerprint carries it (engine/fingerprint.h), so ranks whose definitions of

@@ -5,7 +5,8 @@
     torchrun --nproc_per_node=4 -m ringcoll.bench  # same, under torchrun
     python -m ringcoll.bench --share-gpu --nproc 2,4 -e 128M  # ranks share one GPU
 
-Sweeps sizes for all-reduce, reduce-scatter and all-gather; runs ringcoll and the
+Sweeps sizes for all-reduce, reduce-scatter and all-gather (--collectives: also
+broadcast, reduce, gather, scatter, all-to-all, or all); runs ringcoll and the
 baseline (gloo on CPU; NCCL and NCCL with NCCL_ALGO=Ring on GPU) in the same run;
 prints a table per backend and a comparison table (ringcoll busbw / baseline
 busbw); writes JSON, CSV and a PNG plot.
@@ -113,6 +114,16 @@ def _names(known):
     return parse
 
 
+def _collectives(text):
+    """Collective names (torch's or c10d's), or 'all'."""
+    from ..check import torch_name
+
+    if text.strip() == "all":
+        return list(records.RECORDS)
+    return _names(list(records.RECORDS))(",".join(torch_name(c.strip())
+                                                  for c in text.split(",")))
+
+
 BASELINES = ("gloo", "nccl", "nccl-ring")
 
 
@@ -178,9 +189,10 @@ def parser() -> argparse.ArgumentParser:
                          "out) sets the first run's calls; default 5")
     ap.add_argument("-c", "--check", type=int, default=1, choices=[0, 1],
                     help="1: count wrong elements (#wrong) after timing, 0: skip; default 1")
-    ap.add_argument("--collectives", type=_names(list(records.RECORDS)),
-                    default=list(records.RECORDS), metavar="NAMES",
-                    help="comma separated, from " + ", ".join(records.RECORDS) + "; default all")
+    ap.add_argument("--collectives", type=_collectives, default=list(records.DEFAULT),
+                    metavar="NAMES",
+                    help="comma separated, from " + ", ".join(records.RECORDS) + " (c10d's "
+                         "names too), or all; default " + ",".join(records.DEFAULT))
     ap.add_argument("--backends", type=_backends, default=None, metavar="NAMES",
                     help="comma separated, from ringcoll, " + ", ".join(BASELINES) + " and "
                          "ringcoll+FIELD=VALUE (a variant with a ringcoll.Options field set, "

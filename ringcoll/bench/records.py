@@ -3,9 +3,12 @@ maps to element counts, how inputs are initialised so that the expected output i
 exact whatever the reduction order, the bus-bandwidth factor, and how to run it
 out-of-place and in-place through torch.distributed.
 
-Sizes follow nccl-tests: `size` is the bytes of the larger buffer (the all-reduce
-tensor, the gathered all-gather output, the reduce-scatter input); `count` is its
-element count.
+Sizes follow nccl-tests: `size` is the bytes of the larger buffer (the all-reduce,
+broadcast and reduce tensor, the gathered all-gather output, the reduce-scatter
+input, the gather root's output and the scatter root's input, all p blocks; what
+each rank sends in an all-to-all), the size RINGCOLL_ALGO's ranges count
+(csrc/schedules/select.h); `count` is its element count. The rooted collectives
+(broadcast, reduce, gather, scatter) use root 0.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ def bus_factor(collective: str, p: int) -> float:
     """busbw = algbw x this (nccl-tests' PERFORMANCE.md)."""
     if collective == "all_reduce":
         return 2.0 * (p - 1) / p
-    if collective in ("all_gather", "reduce_scatter"):
+    if collective in ("all_gather", "reduce_scatter", "gather", "scatter", "all_to_all"):
         return (p - 1) / p
     if collective in ("broadcast", "reduce"):
         return 1.0
@@ -136,6 +139,7 @@ class Record:
     reduces: bool
     count_multiple_of_p: bool
     build: Callable[..., Case | None]  # (rank, p, count, dtype, op, device, inplace, group)
+    rooted: bool = False  # root 0
 
 
 def _all_reduce(rank, p, count, dtype, op, device, inplace, group) -> Case | None:
@@ -189,11 +193,94 @@ def _reduce_scatter(rank, p, count, dtype, op, device, inplace, group) -> Case:
                 out, exp, reset)
 
 
+ROOT = 0
+
+
+def _broadcast(rank, p, count, dtype, op, device, inplace, group) -> Case | None:
+    if not inplace:
+        return None  # torch's broadcast is in place only
+    src = element_input(ROOT, p, count, "sum").to(dtype).to(device)
+    x = torch.zeros(count, dtype=dtype, device=device)
+
+    def reset():
+        x.copy_(src) if rank == ROOT else x.zero_()
+
+    reset()
+    return Case(lambda: dist.broadcast(x, src=ROOT, group=group), x, src.clone(), reset)
+
+
+def _reduce(rank, p, count, dtype, op, device, inplace, group) -> Case | None:
+    if not inplace:
+        return None  # torch's reduce is in place only
+    src = element_input(rank, p, count, op).to(dtype).to(device)
+    x = src.clone()
+    # only the root's result is defined (the others' tensors are its scratch)
+    exp = reduced_input(p, count, op).to(dtype).to(device) if rank == ROOT else None
+
+    def reset():
+        x.copy_(src)
+
+    return Case(lambda: dist.reduce(x, dst=ROOT, op=torch_op(op), group=group), x, exp, reset)
+
+
+def _gather(rank, p, count, dtype, op, device, inplace, group) -> Case | None:
+    if inplace:
+        return None  # torch's gather is out of place only
+    m = count // p
+    parts = [element_input(r, p, m, "sum", salt=r) for r in range(p)]
+    inp = parts[rank].to(dtype).to(device)
+    out = torch.zeros(m * p, dtype=dtype, device=device)
+    blocks = list(out.chunk(p)) if m else [out[:0] for _ in range(p)]
+    exp = torch.cat(parts).to(dtype).to(device) if rank == ROOT else None
+
+    def reset():
+        out.zero_()
+
+    return Case(lambda: dist.gather(inp, blocks if rank == ROOT else None, dst=ROOT,
+                                    group=group), out, exp, reset)
+
+
+def _scatter(rank, p, count, dtype, op, device, inplace, group) -> Case | None:
+    if inplace:
+        return None  # torch's scatter is out of place only
+    m = count // p
+    parts = [element_input(r, p, m, "sum", salt=r).to(dtype).to(device) for r in range(p)]
+    out = torch.zeros(m, dtype=dtype, device=device)
+
+    def reset():
+        out.zero_()
+
+    return Case(lambda: dist.scatter(out, parts if rank == ROOT else None, src=ROOT,
+                                     group=group), out, parts[rank].clone(), reset)
+
+
+def _all_to_all(rank, p, count, dtype, op, device, inplace, group) -> Case | None:
+    if inplace:
+        return None  # torch's all_to_all_single is out of place only
+    m = count // p
+    sent = [element_input(r, p, count, "sum", salt=r) for r in range(p)]  # each rank's input
+    inp = sent[rank].to(dtype).to(device)
+    out = torch.zeros(count, dtype=dtype, device=device)
+    exp = torch.cat([sent[s][rank * m:(rank + 1) * m] for s in range(p)]).to(dtype).to(device)
+
+    def reset():
+        out.zero_()
+
+    return Case(lambda: dist.all_to_all_single(out, inp, group=group), out, exp, reset)
+
+
+# Every collective ringcoll runs; the first three are the benchmark's default.
 RECORDS = {
     "all_reduce": Record("all_reduce", True, False, _all_reduce),
     "all_gather": Record("all_gather", False, True, _all_gather),
     "reduce_scatter": Record("reduce_scatter", True, True, _reduce_scatter),
+    "broadcast": Record("broadcast", False, False, _broadcast, rooted=True),
+    "reduce": Record("reduce", True, False, _reduce, rooted=True),
+    "gather": Record("gather", False, True, _gather, rooted=True),
+    "scatter": Record("scatter", False, True, _scatter, rooted=True),
+    "all_to_all": Record("all_to_all", False, True, _all_to_all),
 }
+DEFAULT = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 def count_for(record: Record, size: int, p: int, elem: int) -> int:

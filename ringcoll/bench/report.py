@@ -48,8 +48,11 @@ def tables(rows) -> str:
         out.append(f"#{'size':>11} {'count':>11} {'type':>9} {'redop':>6} {'root':>4} "
                    f"{head} | {head}")
         for key, name in (("oop", "out-of-place"), ("ip", "in-place")):
-            if all(r[key] is None for r in rs):  # say why a column is all '-'
+            if all(r[key] is None for r in rs if not r.get("skipped")):  # why all '-'
                 out.append(f"# {name}: - (torch's {coll} has no {name} form)")
+        for r in rs:
+            if r.get("skipped"):
+                out.append(f"# {r['size']} B: skipped: {r['skipped']}")
         for r in sorted(rs, key=lambda r: r["size"]):
             out.append(f" {r['size']:11d} {r['count']:11d} {r['dtype']:>9} {r['op']:>6} "
                        f"{r['root']:4d} {_cell(r['oop'])} | {_cell(r['ip'])}")
@@ -89,6 +92,8 @@ def comparison(rows) -> list[dict]:
             if b is None:
                 continue
             mr, mb = _best(r["oop"], r["ip"]), _best(b["oop"], b["ip"])
+            if mr is None or mb is None:  # skipped: the algorithm does not serve it
+                continue
             lo, hi = ratio_spread(mb.get("runs_us", [mb["time_us"]]),
                                   mr.get("runs_us", [mr["time_us"]]))
             out.append({"collective": coll, "nproc": p, "size": size, "baseline": base,
@@ -150,7 +155,8 @@ def plot_series(rows) -> dict:
         lines[(r["collective"], r["backend"] != "ringcoll", r["backend"], r["nproc"])].append(
             (r["size"], m["busbw"], m.get("busbw_min", m["busbw"]),
              m.get("busbw_max", m["busbw"])))
-    order = ["all_reduce", "reduce_scatter", "all_gather"]
+    order = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather",
+             "scatter", "all_to_all"]
     colls = sorted({k[0] for k in lines}, key=lambda c: (order.index(c) if c in order
                                                          else len(order), c))
     out = {c: [] for c in colls}

@@ -179,14 +179,45 @@ def measure(cases: dict, args, device: str, meta) -> dict:
 
 
 def check(case, meta):
-    """#wrong summed over ranks after one call on freshly reset inputs."""
+    """#wrong summed over ranks after one call on freshly reset inputs (a rank whose
+    output the collective leaves undefined, reduce's and gather's other ranks,
+    counts 0; every rank takes part in the sum)."""
     case.reset()
     case.run()
-    if case.expected is None:
-        return 0
-    wrong = torch.tensor([records.count_wrong(case.output, case.expected)], dtype=torch.int64)
+    bad = 0 if case.expected is None else records.count_wrong(case.output, case.expected)
+    wrong = torch.tensor([bad], dtype=torch.int64)
     dist.all_reduce(wrong, group=meta)
     return int(wrong.item())
+
+
+def ringcoll_algo(backend, args) -> str | None:
+    """The RINGCOLL_ALGO value a ringcoll backend of the run uses, or None when it
+    runs the defaults or resolves auto in the group (auto chooses only where an
+    algorithm applies)."""
+    import os
+
+    from ..model import auto
+
+    if not backend.startswith("ringcoll"):
+        return None
+    value = ringcoll_variant(backend, args.algo, args.transport).algo or \
+        os.environ.get("RINGCOLL_ALGO")
+    return None if not value or auto.wants_auto(value) else value
+
+
+def not_served(backend, args, coll, p, count, nbytes) -> str:
+    """'' unless the algorithm `backend` runs for this point declares it does not
+    serve it (ringcoll.schedules.Applies): then why, as the group would refuse it
+    (all-to-all's schedule holds what a rank sends and receives: 2 x count)."""
+    from .. import _C
+    from ..model import SELECT_NAME
+
+    value = ringcoll_algo(backend, args)
+    if value is None:
+        return ""
+    algo = _C.select(value, SELECT_NAME[coll], nbytes)[0]
+    n = 2 * count if coll == "all_to_all" else count
+    return _C.refusal(algo, SELECT_NAME[coll], p, n, nbytes, records.ROOT)
 
 
 def memcpy_gbps(nbytes: int = MEMCPY_BYTES, repeats: int = 9) -> float:
@@ -234,12 +265,18 @@ def sweep(args, device, meta, log=print):
             point = {b: {"backend": b, "collective": coll, "nproc": p, "device": device,
                          "transport": args.transport if b.startswith("ringcoll") else None,
                          "dtype": args.dtype, "op": args.op if rec.reduces else "none",
-                         "size": count * elem, "count": count, "root": -1,
+                         "size": count * elem, "count": count,
+                         "root": records.ROOT if rec.rooted else -1,
                          "oop": None, "ip": None} for b in groups}
+            for b in groups:  # an algorithm that declares it does not serve this point
+                why = not_served(b, args, coll, p, count, count * elem)
+                if why:
+                    point[b]["skipped"] = why
+            served = {b: g for b, g in groups.items() if "skipped" not in point[b]}
             for key, inplace in (("oop", False), ("ip", True)):
                 cases = {b: rec.build(rank, p, count, dtype, args.op, dev, inplace, g)
-                         for b, g in groups.items()}
-                if any(c is None for c in cases.values()):
+                         for b, g in served.items()}
+                if not cases or any(c is None for c in cases.values()):
                     continue  # the collective has no such placement
                 for b, (runs_s, calls) in measure(cases, args, device, meta).items():
                     wrong = check(cases[b], meta) if args.check else 0
@@ -247,7 +284,7 @@ def sweep(args, device, meta, log=print):
                                                         wrong)
             for b, row in point.items():
                 m = row["ip"] or row["oop"]
-                line.append(f"{b} {coll} {m['busbw']:.3f}")
+                line.append(f"{b} {coll} " + ("skipped" if m is None else f"{m['busbw']:.3f}"))
             rows += point.values()
         if rank == 0:
             log(f"[p={p}] {size:>10d} B  busbw GB/s: " + ", ".join(line), file=sys.stderr,

@@ -86,12 +86,17 @@ import numpy as np
 
 from .. import _C
 
-# The bench's collective names -> the schedule's (ringcoll.check) and RINGCOLL_ALGO's.
+# The bench's collective names (torch's) -> the schedule's (ringcoll.check) and
+# RINGCOLL_ALGO's: every collective ringcoll runs.
 SCHEDULE_NAME = {"all_reduce": "allreduce", "reduce_scatter": "reduce_scatter",
-                 "all_gather": "allgather", "broadcast": "broadcast", "reduce": "reduce"}
+                 "all_gather": "allgather", "broadcast": "broadcast", "reduce": "reduce",
+                 "gather": "gather", "scatter": "scatter", "all_to_all": "alltoall"}
 SELECT_NAME = {"all_reduce": "allreduce", "reduce_scatter": "reducescatter",
-               "all_gather": "allgather", "broadcast": "broadcast", "reduce": "reduce"}
+               "all_gather": "allgather", "broadcast": "broadcast", "reduce": "reduce",
+               "gather": "gather", "scatter": "scatter", "all_to_all": "alltoall"}
 COLLECTIVES = tuple(SCHEDULE_NAME)
+# p blocks of n / p elements: n is a multiple of p
+BLOCKED = ("reduce_scatter", "all_gather", "gather", "scatter", "all_to_all")
 TRANSPORTS = ("shm", "gloo")  # the host transports; "nccl" is CUDA's (GPU_LINK)
 DTYPE_BYTES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2}
 HEADER_BYTES = 64
@@ -244,21 +249,41 @@ def save(cal: Calibration, path: str) -> None:
         f.write("\n")
 
 
-def providers(collective: str) -> list[str]:
-    """The registered algorithms that provide `collective` (bench name)."""
-    return [a for a in _C.algorithms() if SELECT_NAME[collective] in _C.provides(a)]
+def providers(collective: str, p: int | None = None, n: int | None = None,
+              nbytes: int | None = None) -> list[str]:
+    """The registered algorithms that provide `collective` (bench name) and, when p
+    (and n, nbytes) are given, declare that they serve it (ringcoll.schedules.Applies)."""
+    return [a for a in _C.algorithms() if SELECT_NAME[collective] in _C.provides(a)
+            and (p is None or not _C.refusal(a, SELECT_NAME[collective], p,
+                                             -1 if n is None else n,
+                                             -1 if nbytes is None else nbytes))]
+
+
+def refusal(algo: str, collective: str, p: int, nbytes: int, elem: int = 4) -> str:
+    """'' when algo's collective serves p ranks and nbytes (cut into elements as
+    elements() does), else why not, naming its declaration."""
+    return _C.refusal(algo, SELECT_NAME[collective], p, elements(collective, nbytes, p, elem),
+                      nbytes, 0)  # root 0, as the model's schedules
 
 
 def elements(collective: str, nbytes: int, p: int, elem: int) -> int:
-    """Elements of the buffer for `nbytes`, as ringcoll.bench rounds them."""
+    """Elements of the buffer for `nbytes`, as ringcoll.bench rounds them: the
+    selector's size (select.h) in elements, a multiple of p where it is p blocks.
+    All-to-all's is what each rank sends, n / p to each rank (its schedule's buffer,
+    Params.n, holds the sends and the receives: 2n)."""
     n = max(1, nbytes // elem)
-    if collective in ("reduce_scatter", "all_gather"):
+    if collective in BLOCKED:
         n = max(p, n // p * p)
     return n
 
 
+def alltoall_counts(p: int, n: int) -> list:
+    """The even all-to-all of n elements a rank (a multiple of p): n / p to each."""
+    return [[n // p] * p for _ in range(p)]
+
+
 # _C.schedule_table's kinds, by _C.schedule's names
-KINDS = {"send": 0, "recv_copy": 1, "recv_reduce": 2}
+KINDS = {"send": 0, "recv_copy": 1, "recv_reduce": 2, "recv_reduce_first": 3}
 
 
 @dataclass(frozen=True, eq=False)
@@ -281,6 +306,13 @@ def transfers(algo: str, collective: str, p: int, n: int, hosts: tuple = ()) -> 
     """The registered schedules of `algo` for `collective` (bench name), p ranks
     and n elements, built in the extension for every rank at once; `hosts`: each
     rank's host (schedule.h's Params::hosts; empty: one host)."""
+    if collective == "all_to_all":  # its schedules need the counts
+        from .. import check
+
+        tr = transfers_of(check.schedules(algo, "all_to_all", p, n,
+                                          counts=alltoall_counts(p, n), hosts=hosts))
+        tr.rows.setflags(write=False)
+        return tr
     rows, steps, scratch = _C.schedule_table(algo, SCHEDULE_NAME[collective], p, n,
                                              hosts=list(hosts))
     rows = rows.numpy()
@@ -354,7 +386,7 @@ def payments(tr: Transfers, elem: int, chunk_bytes: int, fingerprint: bool,
     step, rank, peer = step + header, rows[:, 0], rows[:, 3]
     moved = peer != rank  # a local transfer moves nothing
     msgs = np.where(moved, -(-nb // seg), 0)
-    reduced = np.where((rows[:, 2] == KINDS["recv_reduce"]), nb, 0)
+    reduced = np.where(rows[:, 2] >= KINDS["recv_reduce"], nb, 0)  # either operand order
     nb = np.where(moved, nb, 0)
     if header:
         pairs = _header_pairs(p, (rank * p + peer)[moved])
@@ -411,12 +443,17 @@ def critical_path(cost: np.ndarray, counts: np.ndarray, per_host: int, cores: in
 
 def staging_bytes(collective: str, p: int, n: int, elem: int) -> np.ndarray:
     """Per rank: the bytes its call copies before and after the schedule (the
-    module docstring's `staging`; reduce's root is rank 0, as in its schedules)."""
+    module docstring's `staging`; the root of reduce, gather and scatter is rank 0,
+    as in its schedules). Gather, scatter and all-to-all address the user's blocks
+    and copy only a rank's own block (the root's, for gather and scatter)."""
     nb, block = n * elem, n // p * elem
-    per = {"reduce_scatter": nb + block, "all_gather": block}.get(collective, 0)
+    per = {"reduce_scatter": nb + block, "all_gather": block, "all_to_all": block}.get(
+        collective, 0)
     out = np.full(p, float(per))
     if collective == "reduce" and p > 1:
         out[1:] = nb
+    if collective in ("gather", "scatter"):
+        out[0] = block
     return out
 
 
@@ -436,6 +473,9 @@ def loads(algo, collective, p, nbytes, dtype="float32", chunk_bytes=DEFAULT_CHUN
 @functools.lru_cache(maxsize=64)
 def layers_of(algo: str, collective: str, p: int, n: int, seg_elems: int) -> tuple:
     """The batch of each step on a stream-ordered transport (_C.schedule_layers)."""
+    if collective == "all_to_all":
+        raise ValueError("the cost model has no GPU (layered) prediction of all_to_all: its "
+                         "schedules need the counts, which schedule_layers does not take")
     return tuple(_C.schedule_layers(algo, SCHEDULE_NAME[collective], p, n, seg_elems))
 
 
@@ -456,7 +496,13 @@ def staging_term(collective: str, p: int, n: int, elem: int, per_host: int, core
 def terms(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float32"):
     """The call's cost as counts: (1, alpha msgs, beta bytes, gamma bytes, wake msgs,
     copy bytes, steps) along its critical path under `cal`; predict() is their dot
-    product with the constants."""
+    product with the constants. ringcoll.check.NotApplicable where the algorithm
+    declares it does not serve the call (ringcoll.schedules.Applies)."""
+    why = refusal(algo, collective, p, nbytes, DTYPE_BYTES[dtype])
+    if why:
+        from ..check import NotApplicable
+
+        raise NotApplicable(why)
     link = cal.link(transport, p)
     g = link.gamma if link.gamma >= 0 else cal.gamma.get(dtype, cal.gamma["float32"])
     fingerprint = cal.fingerprint if link.fingerprint < 0 else bool(link.fingerprint)

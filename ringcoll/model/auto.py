@@ -47,10 +47,35 @@ def _size(b: int) -> str:
     return str(b)
 
 
-def candidates(collective: str, p: int) -> list[str]:
-    """The algorithms auto chooses among: every provider (CUDA tensors get a choice
-    of their own, resolved for the "nccl" transport)."""
-    return providers(collective)
+def candidates(collective: str, p: int, dropped: dict | None = None) -> list[str]:
+    """The algorithms auto chooses among: every provider that declares it serves p
+    ranks, every count and every root (ringcoll.schedules.Applies: a selection by
+    size cannot promise counts or roots); CUDA tensors get a choice of their own,
+    resolved for the "nccl" transport. Those left out, and why, go to `dropped`."""
+    out = []
+    for a in providers(collective):
+        why = _C.refusal(a, SELECT_NAME[collective], p)
+        declared = _C.applicability(a, SELECT_NAME[collective])
+        if not why and declared["count_multiple"] > 1:
+            why = (f"algorithm '{a}' declares {collective} counts multiples of "
+                   f"{declared['count_multiple']}, which a range of sizes cannot promise")
+        if not why and declared["roots"]:
+            why = (f"algorithm '{a}' declares {collective} roots {declared['roots']}, which "
+                   "a selection by size cannot promise")
+        if why:
+            if dropped is not None:
+                dropped[(a, collective)] = why
+            continue
+        out.append(a)
+    return out
+
+
+def _covers(algo: str, collective: str, lo: int, hi: int | None) -> bool:
+    """Whether algo's declared byte range holds every size of [lo, hi) (hi None: every
+    size from lo up)."""
+    d = _C.applicability(algo, SELECT_NAME[collective])
+    top = d["max_bytes"]
+    return d["min_bytes"] <= lo and (top is None or (hi is not None and hi <= top))
 
 
 def _first_line(e: BaseException) -> str:
@@ -64,11 +89,21 @@ def predictions(collective: str, p: int, transport: str, cal: Calibration, sizes
     schedules can be built. A candidate that is not built in and fails (its function
     raises, or returns no schedule) is left out, with the reason in
     dropped[(algorithm, collective)]; a built-in one that fails, or a calibration
-    that cannot price the transport, is an error (a bug, or the user's file)."""
+    that cannot price the transport, is an error (a bug, or the user's file). A
+    candidate is priced only at the sizes whose range its declared bytes cover
+    (elsewhere inf): GRID's size covers [size, next size) (the first from 0, the
+    last everything above), another size (barrier's p bytes) itself."""
     out = {}
-    for a in candidates(collective, p):
+    if list(sizes) == GRID:
+        ranges = [(0 if i == 0 else b, GRID[i + 1] if i + 1 < len(GRID) else None)
+                  for i, b in enumerate(GRID)]
+    else:
+        ranges = [(b, b + 1) for b in sizes]
+    for a in candidates(collective, p, dropped):
         try:
-            out[a] = [predict(a, collective, p, b, transport, cal) for b in sizes]
+            out[a] = [predict(a, collective, p, b, transport, cal)
+                      if _covers(a, collective, *ranges[i]) else float("inf")
+                      for i, b in enumerate(sizes)]
         except CalibrationError:
             raise
         except Exception as e:  # noqa: BLE001 - any error of a user's algorithm

@@ -72,9 +72,10 @@ def _checker():
 
     return check
 
-__all__ = ["Params", "Range", "Transfer", "Reduced", "Schedule", "AlgorithmError", "block",
-           "split", "send", "recv_copy", "recv_reduce", "reduced", "register", "load_modules",
-           "COLLECTIVES"]
+__all__ = ["Params", "Range", "Transfer", "Reduced", "Schedule", "AlgorithmError", "Applies",
+           "POWERS_OF_TWO", "block", "split", "alltoall_blocks", "send", "recv_copy",
+           "recv_reduce", "reduced",
+           "register", "load_modules", "COLLECTIVES"]
 
 # torch's names; c10d's (allreduce, reducescatter, allgather, alltoall) are accepted too.
 COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather",
@@ -82,7 +83,7 @@ COLLECTIVES = ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduc
 _TORCH = {"allreduce": "all_reduce", "reducescatter": "reduce_scatter",
           "allgather": "all_gather", "alltoall": "all_to_all"}
 _C10D = {v: k for k, v in _TORCH.items()}
-_KINDS = {"send": 0, "recv_copy": 1, "recv_reduce": 2}  # schedule.h's Kind
+_KINDS = {"send": 0, "recv_copy": 1, "recv_reduce": 2, "recv_reduce_first": 3}  # schedule.h's
 
 
 class AlgorithmError(RuntimeError):
@@ -117,6 +118,24 @@ def block(n: int, k: int, i: int) -> Range:
     return split((0, n), k, i)
 
 
+def alltoall_blocks(prm) -> tuple[list, list]:
+    """All-to-all's buffer on this rank (registry.h): (sends, receives), p Ranges
+    each. Send block d holds what this rank sends rank d (send_counts[d] elements);
+    receive block s is where what rank s sends it lands (recv_counts[s]); the send
+    blocks come first, in rank order, then the receive blocks. The own blocks
+    (send block rank, receive block rank) are copied by the job before step 0: a
+    schedule neither sends nor writes them."""
+    sends, at = [], 0
+    for c in prm.send_counts:
+        sends.append(Range(at, at + c))
+        at += c
+    recvs = []
+    for c in prm.recv_counts:
+        recvs.append(Range(at, at + c))
+        at += c
+    return sends, recvs
+
+
 class Transfer(NamedTuple):
     """One send or receive of [begin, end) with `peer` (the checker's form)."""
     kind: str
@@ -141,9 +160,14 @@ def recv_copy(peer: int, r) -> Transfer:
     return Transfer("recv_copy", peer, r[0], r[1])
 
 
-def recv_reduce(peer: int, r) -> Transfer:
-    """Receive range r from peer and reduce it into place."""
-    return Transfer("recv_reduce", peer, r[0], r[1])
+def recv_reduce(peer: int, r, incoming_first: bool = False) -> Transfer:
+    """Receive range r from peer and reduce it into place: buffer = buffer OP
+    incoming, or with incoming_first buffer = incoming OP buffer. The order is part
+    of the result's bits (max(+0, -0), NaN payloads), which every rank of an
+    all-reduce must fold alike: two partners that each hold one half of a sum (the
+    lower rank's and the upper rank's) both compute lower OP upper when the lower
+    rank reduces buffer-first and the upper rank incoming-first."""
+    return Transfer("recv_reduce_first" if incoming_first else "recv_reduce", peer, r[0], r[1])
 
 
 def reduced(r) -> Reduced:
@@ -151,15 +175,111 @@ def reduced(r) -> Reduced:
     return Reduced(r[0], r[1])
 
 
+POWERS_OF_TWO = "powers of two"
+
+
+def _bytes_text(b: int) -> str:
+    for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB")):
+        if b >= 1 << shift and b % (1 << shift) == 0:
+            return f"{b >> shift} {unit}"
+    return f"{b} B"
+
+
+@dataclass(frozen=True)
+class Applies:
+    """Where an algorithm's collective applies (csrc/schedules/registry.h's Applies),
+    given to register(..., applies=Applies(...)); the default is everywhere.
+
+    world_sizes: None (every p), POWERS_OF_TWO, or the world sizes served (any
+    iterable of ints: range(2, 9), {4, 8}); min_bytes <= bytes < max_bytes (None: no
+    bound), bytes of the collective's buffer as RINGCOLL_ALGO's ranges count them
+    (the tensor, the whole reduce-scatter input, the whole all-gather output);
+    count_multiple: Params.n a multiple of it; roots: None (every root) or the roots
+    served (broadcast, reduce, gather, scatter).
+
+    Every tool honours it: a process group refuses a call it does not serve, on
+    every rank before anything is sent, naming the algorithm, the collective, p, n,
+    the bytes and this declaration; RINGCOLL_ALGO=auto and the cost model leave the
+    algorithm out where it does not apply (and, having only byte ranges to choose by,
+    wherever it declares counts); ringcoll.check, .sim and .bench skip what it does
+    not serve and say so. The function is never called where it does not apply."""
+    world_sizes: object = None
+    min_bytes: int = 0
+    max_bytes: int | None = None
+    count_multiple: int = 1
+    roots: object = None
+
+    def __post_init__(self):
+        sizes = self.world_sizes
+        if sizes is not None and sizes != POWERS_OF_TWO:
+            try:
+                sizes = tuple(sorted(set(sizes)))
+            except TypeError:
+                sizes = ()
+            if not sizes or not all(_int(p) and p >= 1 for p in sizes):
+                raise ValueError(f"Applies: world_sizes {self.world_sizes!r} is neither None, "
+                                 f"POWERS_OF_TWO nor world sizes >= 1")
+            object.__setattr__(self, "world_sizes", sizes)
+        if not _int(self.min_bytes) or self.min_bytes < 0:
+            raise ValueError(f"Applies: min_bytes {self.min_bytes!r} is not a whole number >= 0")
+        if self.max_bytes is not None and (not _int(self.max_bytes)
+                                           or self.max_bytes <= self.min_bytes):
+            raise ValueError(f"Applies: max_bytes {self.max_bytes!r} is not a whole number "
+                             f"above min_bytes {self.min_bytes}")
+        if not _int(self.count_multiple) or self.count_multiple < 1:
+            raise ValueError(f"Applies: count_multiple {self.count_multiple!r} is not a whole "
+                             "number >= 1")
+        if self.roots is not None:
+            try:
+                roots = tuple(sorted(set(self.roots)))
+            except TypeError:
+                roots = ()
+            if not roots or not all(_int(r) and r >= 0 for r in roots):
+                raise ValueError(f"Applies: roots {self.roots!r} is neither None nor ranks >= 0")
+            object.__setattr__(self, "roots", roots)
+
+    def describe(self) -> str:
+        """The declaration in words, as errors and listings show it."""
+        parts = []
+        if self.world_sizes == POWERS_OF_TWO:
+            parts.append("world sizes powers of two")
+        elif self.world_sizes is not None:
+            parts.append("world sizes " + ", ".join(map(str, self.world_sizes)))
+        if self.min_bytes:
+            parts.append(f"from {_bytes_text(self.min_bytes)}")
+        if self.max_bytes is not None:
+            parts.append(f"below {_bytes_text(self.max_bytes)}")
+        if self.count_multiple > 1:
+            parts.append(f"counts multiples of {self.count_multiple}")
+        if self.roots is not None:
+            parts.append("root " + ", ".join(map(str, self.roots)))
+        return "; ".join(parts) or "everywhere"
+
+    def _to_c(self) -> tuple:
+        """As bindings_algorithms.cc reads it."""
+        sizes = self.world_sizes
+        return (list(sizes) if sizes not in (None, POWERS_OF_TWO) else [],
+                sizes == POWERS_OF_TWO, self.min_bytes, self.max_bytes, self.count_multiple,
+                self.describe(), list(self.roots or []))
+
+
 @dataclass
 class Schedule:
     """One rank's schedule: steps (each a list of transfers and reduced() marks),
     the range that holds the result, and scratch elements past n. `name` shows in
-    logs, traces and errors (default: the algorithm's name)."""
+    logs, traces and errors (default: the algorithm's name).
+
+    scratch: elements [n, n + scratch) the job provides; they start as a copy of
+    [0, n) (its first min(scratch, n) elements), or, with empty_scratch, empty
+    (nothing is copied: each element is written before it is read). Transfers and
+    reduced() marks may address the scratch (each range within [0, n) or within the
+    scratch), and `result` may lie in it: then a last step copies it to where the
+    collective's output is (a local copy, no message)."""
     steps: list
     result: tuple
     scratch: int = 0
     name: str | None = None
+    empty_scratch: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,6 +343,8 @@ def _normalize(sched, name, collective, prm: Params) -> dict:
                              "whole numbers, 0 <= begin <= end")
     if not _int(sched.scratch) or sched.scratch < 0:
         raise AlgorithmError(f"{at}: scratch {sched.scratch!r} is not a whole number >= 0")
+    if not isinstance(sched.empty_scratch, bool):
+        raise AlgorithmError(f"{at}: empty_scratch {sched.empty_scratch!r} is not True or False")
     steps = []
     for s, step in enumerate(sched.steps):
         transfers, marks = [], []
@@ -242,15 +364,34 @@ def _normalize(sched, name, collective, prm: Params) -> dict:
                     "recv_reduce(...) or reduced(range) with whole numbers, "
                     "0 <= begin <= end")
         steps.append({"transfers": transfers, "reduced": marks})
-    return {"name": sched.name or name, "result": tuple(sched.result),
-            "scratch": sched.scratch, "steps": steps}
+    result = tuple(sched.result)
+    place = _output(collective, prm)
+    if result != place and sched.scratch and prm.n <= result[0] and \
+            result[1] <= prm.n + sched.scratch and result[1] - result[0] == place[1] - place[0]:
+        # The result lies in the scratch: a last step copies it to the output's place.
+        steps.append({"transfers": [("send", prm.rank) + result,
+                                    ("recv_copy", prm.rank) + place], "reduced": []})
+        result = place
+    return {"name": sched.name or name, "result": result, "scratch": sched.scratch,
+            "scratch_copy": not sched.empty_scratch, "steps": steps}
+
+
+def _output(collective, prm: Params) -> tuple:
+    """Where the collective's output lies in this rank's buffer (registry.h)."""
+    if collective in ("reduce_scatter", "scatter"):
+        return tuple(block(prm.n, prm.size, prm.rank))
+    if collective in ("reduce", "gather"):
+        return (0, prm.n) if prm.rank == prm.root else (0, 0)
+    if collective == "all_to_all":
+        return (sum(prm.send_counts), prm.n)
+    return (0, prm.n)
 
 
 def _to_c(d: dict) -> tuple:
     """A checker's dict as bindings_algorithms.cc reads it."""
     return (d["name"], d["result"], d["scratch"],
             [([(_KINDS[k], q, b, e) for k, q, b, e in st["transfers"]], st["reduced"])
-             for st in d["steps"]])
+             for st in d["steps"]], d.get("scratch_copy", True))
 
 
 def _user_frame(e: BaseException) -> str:
@@ -267,8 +408,9 @@ class _Definition:
 
     _PREPARED = 16  # calls remembered here, every rank's schedules each
 
-    def __init__(self, name: str, summary: str, builders: dict):
+    def __init__(self, name: str, summary: str, builders: dict, applies: dict | None = None):
         self.name, self.summary, self.builders = name, summary, dict(builders)
+        self.applies = {c: (applies or {}).get(c) or Applies() for c in builders}
         self._prepared = collections.OrderedDict()
         self._lock = threading.Lock()
 
@@ -361,7 +503,8 @@ class _Definition:
 _DEFINED: dict[str, _Definition] = {}
 
 
-def register(name: str, collective: str, *, summary: str | None = None
+def register(name: str, collective: str, *, summary: str | None = None,
+             applies: Applies | None = None
              ) -> Callable[[Callable[[Params], Schedule]], Callable[[Params], Schedule]]:
     """Decorator: the function (Params -> Schedule) is algorithm `name`'s schedule
     for `collective` (torch's name: all_reduce, reduce_scatter, all_gather,
@@ -370,17 +513,24 @@ def register(name: str, collective: str, *, summary: str | None = None
     all-reduce provides barrier too. Defining a name again (a module imported
     again) replaces that collective's function for the process groups created
     afterwards. `summary`: one line for listings (default: the function's
-    docstring's first line). Returns the function unchanged."""
+    docstring's first line). `applies`: where this collective of the algorithm applies
+    (Applies; default everywhere). Returns the function unchanged."""
     coll = _torch_name(collective)
+    if applies is not None and not isinstance(applies, Applies):
+        raise TypeError(f"register({name!r}, {collective!r}): applies must be a "
+                        f"ringcoll.schedules.Applies, got {type(applies).__name__}")
 
     def add(fn):
         old = _DEFINED.get(name)
         builders = dict(old.builders) if old else {}
         builders[coll] = fn
+        declared = dict(old.applies) if old else {}
+        declared[coll] = applies or Applies()
         doc = (fn.__doc__ or "").strip().splitlines()
         text = summary or (old.summary if old else "") or (doc[0] if doc else name)
-        definition = _Definition(name, text, builders)
-        _C.register_algorithm(name, text, [_C10D.get(c, c) for c in builders], definition)
+        definition = _Definition(name, text, builders, declared)
+        _C.register_algorithm(name, text, [_C10D.get(c, c) for c in builders], definition,
+                              [definition.applies[c]._to_c() for c in builders])
         _DEFINED[name] = definition
         model = sys.modules.get("ringcoll.model")
         if model is not None:  # its cached tables may hold an earlier definition's
