@@ -8,7 +8,9 @@ import ringcoll  # noqa: F401  registers the backend (torch's autoload does too,
 
 dist.init_process_group("ringcoll")
 rank, p = dist.get_rank(), dist.get_world_size()
-for n in (10, 1000, 100_000):
+# multiples of 12: an algorithm that declares counts in 3 or 4 chunks (an MSCCL
+# file's, docs/ALGORITHMS.md) serves them too
+for n in (12, 1200, 120_000):
     x = torch.arange(n, dtype=torch.float32) + rank
     dist.all_reduce(x)
     want = torch.arange(n, dtype=torch.float32) * p + p * (p - 1) / 2

@@ -90,11 +90,11 @@ except ImportError as _e:
     # checkout changed since it was installed).
     __path__[:] = [_other]
     from . import _C
-from . import schedules
+from . import msccl, schedules
 from ._backend import create_backend as _create_backend
 from .options import Options
 
-__all__ = ["Options", "build_info", "algorithms", "schedules", "BACKEND_NAME"]
+__all__ = ["Options", "build_info", "algorithms", "schedules", "msccl", "BACKEND_NAME"]
 
 BACKEND_NAME = "ringcoll"
 
