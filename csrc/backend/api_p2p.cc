@@ -32,6 +32,7 @@
 #include "backend/api_helpers.h"
 #include "backend/backend.h"
 #include "backend/checks.h"
+#include "backend/cpu_stream_device.h"
 #include "backend/work.h"
 #ifdef RINGCOLL_WITH_CUDA
 #include "backend/cuda_device.h"
@@ -157,7 +158,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::postPointToPoint(
     m.tensor = t;
     m.flat = flat;
     {
-      std::lock_guard<std::mutex> lock(coalesceMutex_);
+      std::lock_guard<Mutex> lock(coalesceMutex_);
       if (coalescing_) {
         // Sent with the rest of the block at endCoalescing; this Work completes
         // with that job's (torch's batch_isend_irecv waits for that one).
@@ -214,34 +215,38 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::postPointToPoint(
 std::shared_ptr<StreamPath> RingcollBackend::pointToPointPathFor(const at::Tensor& t,
                                                                  const char* op,
                                                                  const CallLabel& label) {
-  std::lock_guard<std::mutex> lock(pathMutex_);
-  throwIfStopped(label);  // stop() took the paths
+  // A communicator of its own (its id under a prefix of its own), so that messages
+  // between two ranks never pair with a collective's; made at the first call, which
+  // every rank of the group must make (as NCCL's point-to-point communicator).
+  auto pstore = c10::make_intrusive<c10d::PrefixStore>(
+      t.is_cuda() ? "ringcoll/p2p" : "ringcoll/user-p2p-stream", store_);
   if (!t.is_cuda()) {
-    TORCH_CHECK(p2pStream_, "ringcoll::", op, ": no point-to-point stream path");
-    return p2pStream_;
+    TORCH_CHECK(p2pStreamHost_, "ringcoll::", op, ": no point-to-point stream path");
+    return lazyPath(p2pStream_, label, [this, pstore](const Stopping& stopping) {
+      emulateCommInit("ringcoll/stream-comm/p2p", *pstore, stopping);
+      auto device = std::make_shared<CpuStreamDevice>(*p2pStreamHost_, knobs_.chunkBytes,
+                                                      knobs_.streamDelayUs, 0,
+                                                      knobs_.stopLatchBytes,
+                                                      knobs_.maxBatchesInFlight);
+      return std::make_shared<StreamPath>(std::move(device), pstore, getRank(), getSize(),
+                                          knobs_, std::vector<int>{}, knobs_.fingerprint);
+    });
   }
 #ifdef RINGCOLL_WITH_CUDA
   const c10::DeviceIndex index = t.device().index();
-  if (cuda_ || p2pCuda_) {
-    TORCH_CHECK(index == cudaIndex_, "ringcoll::", op, ": tensor is on cuda:",
-                static_cast<int>(index), " but this process group is bound to cuda:",
-                static_cast<int>(cudaIndex_));
-  }
-  if (!p2pCuda_) {
-    // A communicator of its own (its unique id under a prefix of its own), so that
-    // messages between two ranks never pair with a collective's.
-    auto pstore = c10::make_intrusive<c10d::PrefixStore>("ringcoll/p2p", store_);
+  checkCudaIndex(op, index);
+  return lazyPath(p2pCuda_, label, [this, pstore, index](const Stopping& stopping) {
     auto device = std::make_shared<CudaDevice>(pstore, getRank(), getSize(), timeout_,
                                                knobs_.gpuChunkBytes, index, nullptr,
                                                knobs_.ncclBlocking, /*connectAll=*/false,
-                                               knobs_.stopLatchBytes, knobs_.maxBatchesInFlight);
-    p2pCuda_ = std::make_shared<StreamPath>(std::move(device), pstore, getRank(), getSize(),
-                                            knobs_, std::vector<int>{},
-                                            knobs_.fingerprint && knobs_.gpuFingerprint);
-    cudaIndex_ = index;
-  }
-  return p2pCuda_;
+                                               knobs_.stopLatchBytes, knobs_.maxBatchesInFlight,
+                                               stopping);
+    return std::make_shared<StreamPath>(std::move(device), pstore, getRank(), getSize(), knobs_,
+                                        std::vector<int>{},
+                                        knobs_.fingerprint && knobs_.gpuFingerprint);
+  });
 #else
+  (void)label;
   TORCH_CHECK(false, "ringcoll::", op, ": this ringcoll build has no CUDA support");
 #endif
 }
@@ -346,18 +351,22 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchStreamMessages(
 // with the first error if any failed.
 
 void RingcollBackend::noteCoalesced(const c10::intrusive_ptr<c10d::Work>& work) {
-  std::lock_guard<std::mutex> lock(coalesceMutex_);
+  std::lock_guard<Mutex> lock(coalesceMutex_);
   if (coalescing_) coalesced_.push_back(work);
 }
 
 void RingcollBackend::startCoalescing() {
-  std::lock_guard<std::mutex> lock(coalesceMutex_);
+  // Left from a block that never ended: let go after the lock (common/locks.h).
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<StreamMessage> batch;
+  std::vector<c10::intrusive_ptr<RingcollWork>> batchWorks;
+  std::lock_guard<Mutex> lock(coalesceMutex_);
   TORCH_CHECK(!coalescing_, "ringcoll::startCoalescing: already coalescing (no endCoalescing "
                             "since the last startCoalescing)");
   coalescing_ = true;
-  coalesced_.clear();
-  streamBatch_.clear();
-  streamBatchWorks_.clear();
+  works.swap(coalesced_);
+  batch.swap(streamBatch_);
+  batchWorks.swap(streamBatchWorks_);
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::endCoalescing() {
@@ -365,7 +374,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::endCoalescing() {
   std::vector<StreamMessage> batch;
   std::vector<c10::intrusive_ptr<RingcollWork>> batchWorks;
   {
-    std::lock_guard<std::mutex> lock(coalesceMutex_);
+    std::lock_guard<Mutex> lock(coalesceMutex_);
     TORCH_CHECK(coalescing_, "ringcoll::endCoalescing: called without startCoalescing");
     coalescing_ = false;
     works.swap(coalesced_);

@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "common/locks.h"
+
 namespace ringcoll {
 
 void postFailureReport(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key,
@@ -34,6 +36,8 @@ RingcollWork::RingcollWork(int rank, c10d::OpType type, CallLabel label, uint64_
       timeout_(timeout),
       outputs_(std::move(outputs)),
       describeWait_(std::move(describeWait)) {}
+
+RingcollWork::~RingcollWork() { checkNoLockHeld("destroying a Work (its tensors)"); }
 
 std::string CallLabel::str() const { return c10::str(*this); }
 
@@ -83,6 +87,7 @@ void RingcollWork::finish() { end(nullptr); }
 void RingcollWork::finishWithError(std::exception_ptr error) { end(std::move(error)); }
 
 void RingcollWork::end(std::exception_ptr error) {
+  checkNoLockHeld("completing a Work (its future's callbacks)");
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -50,6 +50,8 @@ class RingcollWork final : public c10d::Work {
   RingcollWork(int rank, c10d::OpType type, CallLabel label, uint64_t seq,
                std::chrono::milliseconds timeout, std::vector<at::Tensor> outputs,
                std::function<std::string()> describeWait);
+  // Its outputs may be the last references to Python-owned tensors.
+  ~RingcollWork() override;
 
   // isCompleted/isSuccess/exception: c10d::Work's, over its completed_/exception_.
   std::vector<at::Tensor> result() override;
@@ -61,7 +63,8 @@ class RingcollWork final : public c10d::Work {
   int sourceRank() const override { return sourceRank_.load(); }
   void setSourceRank(int rank) { sourceRank_.store(rank); }
 
-  // Called once by the worker.
+  // Called once, by whoever ran it, with no ringcoll lock held: the future's
+  // callbacks run inside (common/locks.h).
   void finish();
   void finishWithError(std::exception_ptr error);
 
