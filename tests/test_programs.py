@@ -249,3 +249,105 @@ def test_first_stream_call_waiting_for_a_missing_rank_ends_on_abort(how):
     assert out["seconds"] < 5, out
     assert "ringcoll::allreduce #1" in out["error"], out
     assert ("aborted" if how == "abort" else "shut down") in out["error"], out
+
+
+def barrier_order_world(rank, p, rounds):
+    """An async barrier behind an async all-reduce keeps its place: every rank pairs
+    the same calls. On the stream transport the barrier ran on the CPU path, ahead
+    of the queued all-reduce, and paired with the peer's all-reduce ("ranks disagree
+    about collective #1")."""
+    failures = []
+    for i in range(rounds):
+        x = torch.full((1 << 16,), float(rank + i))
+        w1 = dist.all_reduce(x, async_op=True)
+        w2 = dist.barrier(async_op=True)
+        w1.wait()
+        w2.wait()
+        want = float(sum(r + i for r in range(p)))
+        if not torch.equal(x, torch.full_like(x, want)):
+            failures.append(f"round {i}: all-reduce wrong")
+            break
+    return failures
+
+
+@pytest.mark.parametrize("transport", ALL)
+def test_async_barrier_keeps_its_place(transport):
+    mp.run_checks(2, barrier_order_world, 50, transport=transport, timeout=120)
+
+
+def wait_in_callback_world(rank, p, rounds):
+    """PowerSGD's DDP comm hook: a future callback that issues an all-reduce on the
+    same group and waits for it inside the callback. The callback runs where the
+    first call completed (the CPU worker, a stream path's watchdog), which the
+    second call needs: both ranks hung until those threads stopped running
+    callbacks. Large calls (handed to the worker) and small ones (run inline)."""
+    failures = []
+    for i in range(rounds):
+        n = (1 << 18) if i % 2 else 100  # 1 MiB: past the async inline limit
+        x = torch.full((n,), float(rank + 1))
+        y = torch.full((7,), float(i))
+
+        def then(fut):
+            dist.all_reduce(y, async_op=True).get_future().wait()
+            return fut.value()[0] + y[0]
+
+        got = dist.all_reduce(x, async_op=True).get_future().then(then).wait()
+        want = float(p * (p + 1) // 2 + i * p)
+        if not torch.equal(got, torch.full((n,), want)):
+            failures.append(f"round {i}: {got[0].item()} != {want}")
+            break
+    return failures
+
+
+@pytest.mark.parametrize("transport", ALL)
+def test_a_callback_waits_for_its_own_group(transport):
+    mp.run_checks(2, wait_in_callback_world, 20, transport=transport, timeout=120)
+
+
+def p2p_wait_in_callback_world(rank, p, rounds):
+    """The same with point-to-point: a receive's callback posts the next receive and
+    waits for it (the first completes on point-to-point's progress thread, or the
+    stream path's watchdog, which the second needs)."""
+    failures = []
+    for i in range(rounds):
+        if rank == 0:
+            dist.send(torch.full((5,), float(i)), dst=1)
+            dist.send(torch.full((5,), float(i + 100)), dst=1)
+            continue
+        a, b = torch.zeros(5), torch.zeros(5)
+
+        def then(fut):
+            dist.irecv(b, src=0).wait()
+            return a + b
+
+        got = dist.irecv(a, src=0).get_future().then(then).wait()
+        if not torch.equal(got, torch.full((5,), float(2 * i + 100))):
+            failures.append(f"round {i}: {got.tolist()}")
+            break
+    return failures
+
+
+@pytest.mark.parametrize("transport", ALL)
+def test_a_point_to_point_callback_waits_for_the_next_message(transport):
+    mp.run_checks(2, p2p_wait_in_callback_world, 10, transport=transport, timeout=120)
+
+
+def silent_sender_world(rank, p):
+    """A receive from a rank that never sends times out naming that rank and the
+    tag (on the stream path it named this rank itself)."""
+    if rank == 1:
+        time.sleep(5)
+        return None
+    try:
+        dist.recv(torch.zeros(3), src=1, tag=0)
+        return "no error"
+    except dist.DistBackendError as e:
+        return str(e)
+
+
+@pytest.mark.parametrize("transport", ALL)
+def test_a_receive_timeout_names_the_sender(transport):
+    msg = mp.run_world(2, silent_sender_world, transport=transport, pg_timeout_s=2,
+                       timeout=120)[0]
+    assert "Timed out" in msg and "rank 1" in msg, msg
+    assert "rank 0 (" not in msg, msg  # the old text: "waiting for rank 0 (receive) / ..."

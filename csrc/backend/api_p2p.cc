@@ -189,20 +189,26 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::postPointToPoint(
   r.buf = flat.numel() ? flat.data_ptr() : nullptr;
   r.bytes = bytesOf(flat);
   r.timeout = timeout_;
-  // Holds both tensors until the engine is done with their memory.
-  r.done = [work, t, flat, label, isSend](P2PEngine::Result& res) mutable {
+  // Holds both tensors until the engine is done with their memory. It runs on the
+  // engine's progress thread (or a caller's, once stopped): the Work's future's
+  // callbacks go to the callback threads, since one may wait for another request
+  // that thread must serve (common/callbacks.h). Weak: the runner is the backend's,
+  // joined by stop(), and only ever destroyed there.
+  std::weak_ptr<CallbackRunner> callbacks = callbacks_;
+  r.done = [work, t, flat, label, isSend, callbacks](P2PEngine::Result& res) mutable {
+    std::shared_ptr<CallbackRunner> runner = callbacks.lock();
     if (!res.error.empty()) {
-      work->finishWithError(labelled(label, res.error));
+      work->finishWithError(labelled(label, res.error), runner.get());
       return;
     }
     work->setSourceRank(res.source);
     try {
       if (!isSend && !flat.is_same(t)) t.copy_(flat);
     } catch (...) {
-      work->finishWithError(std::current_exception());
+      work->finishWithError(std::current_exception(), runner.get());
       return;
     }
-    work->finish();
+    work->finish(runner.get());
   };
   pointToPoint_->post(std::move(r));
   noteCoalesced(work);
@@ -339,8 +345,14 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchStreamMessages(
   fp.method = algo::Method::kPointToPoint;
   fp.seq = seq;
   fp.rank = me;
+  // Whom it waits for, for its errors (the path has no ring neighbours to name).
+  std::string whom;
+  for (const auto& m : messages) {
+    whom += c10::str(whom.empty() ? "" : ", ", "rank ", m.peer, " (", m.send ? "send" : "receive",
+                     ", tag ", m.tag, ")");
+  }
   return path->launch(type, traceTag(op, seq), label, seq, fp, timeout_, inputs,
-                      std::move(outputs), body);
+                      std::move(outputs), body, whom);
 }
 
 // ---------------------------------------------------------------------------------

@@ -190,6 +190,7 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   }
   pairSeq_[0].assign(static_cast<size_t>(size), 0);
   pairSeq_[1].assign(static_cast<size_t>(size), 0);
+  callbacks_ = std::make_shared<CallbackRunner>();
   worker_ = std::make_unique<Worker>();
   if (knobs_.debug) {
     std::string links, hosts;
@@ -267,7 +268,7 @@ void RingcollBackend::requestStop(Stop how) {
     std::lock_guard<Mutex> lock(pathMutex_);
     paths = {cuda_, streamPath_, p2pCuda_, p2pStream_};
   }
-  // Their watchdogs complete the failed futures (StreamPath::abort settles nothing).
+  // Each fails its work and completes the futures on this thread, which holds no lock.
   for (auto& path : paths) {
     if (path) path->abort("the process group was aborted (abort())");
   }
@@ -304,6 +305,8 @@ void RingcollBackend::teardown(Stop how) {
     worker = std::move(worker_);
   }
   worker.reset();
+  // After the worker, which posts to it; before what the callbacks' endCpu uses.
+  callbacks_.reset();
   // The paths end before the host transport the emulated ones ride on. A launch
   // still running in another thread holds its own reference to its path: on
   // shutdown such a path is aborted here (abort() did it above), so that its
@@ -713,10 +716,10 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, con
         worker_->release();
         endHere = true;
       } else {
-        worker_->handOff([this, task] { runOnWorker(*task); });
+        worker_->handOff([this, task] { runOnWorker(task); });
       }
     } else {
-      worker_->enqueue([this, task] { runOnWorker(*task); });
+      worker_->enqueue([this, task] { runOnWorker(task); });
     }
   }
   // Its future's callbacks, the hooks and the release of its memory, unlocked.
@@ -724,21 +727,23 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, con
   return task->work;
 }
 
-void RingcollBackend::runOnWorker(CpuTask& t) {
-  runCpu(t, kForever);
-  endCpu(t);
+void RingcollBackend::runOnWorker(const std::shared_ptr<CpuTask>& task) {
+  runCpu(*task, kForever);
+  // The Work's future's callbacks may wait for the next collective of this group,
+  // which this thread must be free to run: they go to the callback threads.
+  endCpu(*task, callbacks_.get());
 }
 
-void RingcollBackend::endCpu(CpuTask& t) {
+void RingcollBackend::endCpu(CpuTask& t, CallbackRunner* callbacks) {
   checkNoLockHeld("ending a CPU collective (future callbacks, hooks)");
   t.staged.reset();  // its finish closure holds the user's tensors
   if (!t.error) {
     runCompletionHooks(completionKey(*t.work));
-    t.work->finish();
+    t.work->finish(callbacks);
     afterCollective();
     return;
   }
-  t.work->finishWithError(t.error);
+  t.work->finishWithError(t.error, callbacks);
   // After the error is out and the group marked broken: the dump may take a
   // second, and later calls fail at once meanwhile (launchCpu) rather than queue
   // behind it.

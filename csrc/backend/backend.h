@@ -59,6 +59,7 @@
 #include "backend/stream_path.h"
 #include "backend/trace_writer.h"
 #include "backend/work.h"
+#include "common/callbacks.h"
 #include "common/knobs.h"
 #include "common/locks.h"
 #include "engine/call.h"
@@ -251,10 +252,12 @@ class RingcollBackend final : public c10d::Backend {
   static constexpr std::chrono::nanoseconds kForever = std::chrono::nanoseconds::max();
   bool runCpu(CpuTask& task, std::chrono::nanoseconds budget);
   // With no lock held (common/locks.h): completes the ended task's Work (its
-  // future's callbacks run here), runs c10d's hooks and lets its memory go.
-  void endCpu(CpuTask& task);
-  // The worker's task: runCpu to the end, then endCpu.
-  void runOnWorker(CpuTask& task);
+  // future's callbacks run here, or on `callbacks`: RingcollWork::finish), runs
+  // c10d's hooks and lets its memory go.
+  void endCpu(CpuTask& task, CallbackRunner* callbacks = nullptr);
+  // The worker's task: runCpu to the end, then endCpu, the future's callbacks on
+  // callbacks_ (they may wait for the worker's next task).
+  void runOnWorker(const std::shared_ptr<CpuTask>& task);
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
   // Between slices of a CPU collective: throws if it must end now (a peer's report
   // in the store, abort(), shutdown() with no progress for kShutdownGrace).
@@ -490,6 +493,9 @@ class RingcollBackend final : public c10d::Backend {
   // transport_: an abort() from another thread never frees them under a running
   // launch. A launch holds it for at most kInlineBudget and a hand-off.
   mutable SharedMutex cpuMutex_{"RingcollBackend::cpuMutex_"};
+  // Where the futures of collectives that ended on the worker (and of point-to-point
+  // requests) complete: common/callbacks.h. Joined by stop() after the worker.
+  std::shared_ptr<CallbackRunner> callbacks_;
   // Declared last: destroyed first, so queued collectives finish while the
   // members they use still exist.
   std::unique_ptr<Worker> worker_;

@@ -36,9 +36,10 @@ class StreamWork final : public c10d::Work {
  public:
   StreamWork(int rank, c10d::OpType type, CallLabel label, uint64_t seq,
              std::shared_ptr<StreamDevice> device, std::vector<at::Tensor> outputs,
-             std::chrono::milliseconds timeout, bool blocking)
+             std::chrono::milliseconds timeout, bool blocking, std::string peers)
       : c10d::Work(rank, type),
         label_(std::move(label)),
+        peers_(std::move(peers)),
         seq_(seq),
         device_(std::move(device)),
         outputs_(std::move(outputs)),
@@ -83,6 +84,7 @@ class StreamWork final : public c10d::Work {
     if (owned) owned_ = std::move(owned);
   }
   const CallLabel& label() const { return label_; }
+  const std::string& peers() const { return peers_; }
   std::chrono::steady_clock::time_point started() const { return start_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   // The end was reached (a device fault throws).
@@ -211,6 +213,7 @@ class StreamWork final : public c10d::Work {
   }
 
   const CallLabel label_;
+  const std::string peers_;  // StreamPath::launch's `peers`
   const uint64_t seq_;
   const std::shared_ptr<StreamDevice> device_;
   std::vector<at::Tensor> outputs_;
@@ -274,18 +277,13 @@ StreamPath::~StreamPath() {
 }
 
 void StreamPath::failEach(const std::string& why) {
-  // A path without ring neighbours (point-to-point's) names no ranks: each Work
-  // says in its label whom it was for.
-  const std::string waited =
-      neighbours_.empty()
-          ? std::string(" while it waited for its peers")
-          : c10::str(" while it waited for rank ", neighbours_.front(), " (receive) / rank ",
-                     neighbours_.back(), " (send)");
   try {
     retireFinished();
   } catch (const std::exception&) {
   }
-  for (auto& w : pending_) w->fail(c10::str(w->label(), ": ", why, waited));
+  for (auto& w : pending_) {
+    w->fail(c10::str(w->label(), ": ", why, " while it waited for ", waitedFor(*w)));
+  }
   failAll(why, /*report=*/false, /*teardown=*/false);
 }
 
@@ -300,7 +298,8 @@ void StreamPath::abort(const std::string& why) {
 c10::intrusive_ptr<c10d::Work> StreamPath::launch(
     c10d::OpType type, const algo::TraceTag& tag, const CallLabel& label, uint64_t seq,
     const algo::Fingerprint& fp, std::chrono::milliseconds timeout,
-    const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, const Body& body) {
+    const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, const Body& body,
+    std::string peers) {
   auto unusable = [this, &label] {
     std::lock_guard<Mutex> lock(mutex_);
     if (!broken_.empty()) {
@@ -324,7 +323,7 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
     StreamStats::Timer whole(&stats, StreamStats::kLaunch);
     stats.add(StreamStats::kCollectives);
     work = c10::make_intrusive<StreamWork>(rank_, type, label, seq, device_, outputs, timeout,
-                                           blocking_);
+                                           blocking_, std::move(peers));
     // Under mutex_, once the watchdog failed the group while this launch enqueued (it
     // stopped watching then): the watchdog's reason is the cause, named by this call.
     auto failedMeanwhile = [this, &label](const std::string& then) {
@@ -473,11 +472,15 @@ void StreamPath::failAll(const std::string& why, bool report, bool teardown) {
   }
 }
 
+std::string StreamPath::waitedFor(const StreamWork& w) const {
+  if (neighbours_.empty()) return w.peers().empty() ? std::string("its peers") : w.peers();
+  return c10::str("rank ", neighbours_.front(), " (receive) / rank ", neighbours_.back(),
+                  " (send)");
+}
+
 void StreamPath::watchdog() {
   markOwnThread();
   device_->bindThread();
-  const int prev = neighbours_.empty() ? rank_ : neighbours_.front();
-  const int next = neighbours_.empty() ? rank_ : neighbours_.back();
   auto lastStoreLook = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point transferSeen{};
   std::unique_lock<Mutex> lock(mutex_);
@@ -493,7 +496,7 @@ void StreamPath::watchdog() {
           pending_.empty() ? std::string("a collective") : pending_.front()->label().str(),
           ": the device failed: ", e.what());
     }
-    settle(lock);
+    settleOnCallbacks(lock);
     if (stopping_ || !broken_.empty()) break;
     const bool stopped = device_->reducer().kernelsStopped();
     // What is watched: the outstanding works, oldest first, then the one enqueuing.
@@ -526,8 +529,8 @@ void StreamPath::watchdog() {
           report = false;
         } else {
           why = c10::str(oldest->label(), ": ", transfer,
-                         " (a peer exited or its connection failed), waiting for rank ", prev,
-                         " (receive) / rank ", next, " (send); transfers aborted");
+                         " (a peer exited or its connection failed), waiting for ",
+                         waitedFor(*oldest), "; transfers aborted");
         }
       }
       if (why.empty() && !transfer.empty()) continue;  // the check may still speak
@@ -536,8 +539,7 @@ void StreamPath::watchdog() {
         if (!why.empty()) break;
         if (now - w->started() > w->timeout()) {
           why = c10::str(w->label(), ": Timed out after ", w->timeout().count(),
-                         " ms waiting for rank ", prev, " (receive) / rank ", next,
-                         " (send); transfers aborted");
+                         " ms waiting for ", waitedFor(*w), "; transfers aborted");
         }
       }
       if (why.empty() && now - oldest->started() > kReportPoll &&
@@ -556,7 +558,22 @@ void StreamPath::watchdog() {
     failAll(why, report, teardown_ && !pending_.empty());
     break;
   }
-  settle(lock);
+  settleOnCallbacks(lock);
+}
+
+void StreamPath::settleOnCallbacks(std::unique_lock<Mutex>& lock) {
+  if (retired_.empty() && failed_.empty()) return;
+  std::vector<c10::intrusive_ptr<StreamWork>> done;
+  done.swap(retired_);
+  done.insert(done.end(), std::make_move_iterator(failed_.begin()),
+              std::make_move_iterator(failed_.end()));
+  failed_.clear();
+  lock.unlock();
+  callbacks_.post([done = std::move(done)]() mutable {
+    for (auto& w : done) w->settle();
+    done.clear();
+  });
+  lock.lock();
 }
 
 void StreamPath::settle(std::unique_lock<Mutex>& lock) {

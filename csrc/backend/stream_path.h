@@ -51,6 +51,7 @@
 
 #include "backend/stream_device.h"
 #include "backend/work.h"
+#include "common/callbacks.h"
 #include "common/knobs.h"
 #include "common/locks.h"
 #include "engine/call.h"
@@ -72,15 +73,19 @@ class StreamPath {
   StreamDevice& device() { return *device_; }
 
   // `fp`: the call's fingerprint; `timeout`: the op's, the watchdog's limit for it.
+  // `peers`: whom the call waits for, as its errors say it ("rank 1 (receive, tag
+  // 4)"), on a path without ring neighbours (point-to-point's); else they are named.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const algo::TraceTag& tag,
                                         const CallLabel& label, uint64_t seq,
                                         const algo::Fingerprint& fp,
                                         std::chrono::milliseconds timeout,
                                         const std::vector<at::Tensor>& inputs,
-                                        std::vector<at::Tensor> outputs, const Body& body);
+                                        std::vector<at::Tensor> outputs, const Body& body,
+                                        std::string peers = "");
 
   // ProcessGroup abort(): fails outstanding work at once and aborts the transfers.
-  // Safe from any thread, also while another thread launches.
+  // Safe from any thread, also while another thread launches; the failed futures'
+  // callbacks run on the calling thread, which must hold no ringcoll lock.
   void abort(const std::string& why);
 
  private:
@@ -96,12 +101,19 @@ class StreamPath {
   // each Work's error names it, and the peers it was waiting for.
   void failEach(const std::string& why);
   std::string mismatchText();
+  // "rank 3 (receive) / rank 1 (send)": whom `w` waits for (its peers on a path
+  // without ring neighbours).
+  std::string waitedFor(const StreamWork& w) const;
   // With `lock` (on mutex_) held on entry and on return: takes retired_ and
   // failed_, and with the lock released completes their futures (callbacks run
   // here: a callback may launch a collective), releases what the succeeded ones
   // kept, and drops the references, which may free the user's tensors
   // (common/locks.h).
   void settle(std::unique_lock<Mutex>& lock);
+  // The watchdog's settle(): the same, on callbacks_'s threads, so that a callback
+  // that waits for a later collective of this path (which this watchdog must
+  // retire or time out) does not block the watchdog (common/callbacks.h).
+  void settleOnCallbacks(std::unique_lock<Mutex>& lock);
   const std::shared_ptr<StreamDevice> device_;
   const int rank_;
   const int size_;
@@ -130,6 +142,7 @@ class StreamPath {
   std::string broken_;
   bool stopping_ = false;
   std::thread watchdog_;
+  CallbackRunner callbacks_;  // settleOnCallbacks'; joined after the watchdog
 };
 
 }  // namespace ringcoll

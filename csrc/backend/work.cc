@@ -82,11 +82,13 @@ bool RingcollWork::wait(std::chrono::milliseconds timeout) {
 // The future, if made, is completed before wait() is released, so a caller that
 // returns from wait() always finds getFuture().value() set. DDP's comm-hook
 // callbacks run inside markCompleted, on the thread that ran the collective.
-void RingcollWork::finish() { end(nullptr); }
+void RingcollWork::finish(CallbackRunner* callbacks) { end(nullptr, callbacks); }
 
-void RingcollWork::finishWithError(std::exception_ptr error) { end(std::move(error)); }
+void RingcollWork::finishWithError(std::exception_ptr error, CallbackRunner* callbacks) {
+  end(std::move(error), callbacks);
+}
 
-void RingcollWork::end(std::exception_ptr error) {
+void RingcollWork::end(std::exception_ptr error, CallbackRunner* callbacks) {
   checkNoLockHeld("completing a Work (its future's callbacks)");
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
@@ -95,6 +97,18 @@ void RingcollWork::end(std::exception_ptr error) {
     exception_ = error;
     future = future_;
   }
+  if (future && callbacks) {
+    // A future made before the end may have callbacks: they run on the runner's
+    // threads, and wait() is released there too, once the future is completed.
+    auto self = c10::intrusive_ptr<RingcollWork>::reclaim_copy(this);
+    callbacks->post([self, future, error] { self->complete(future, error); });
+    return;
+  }
+  complete(future, error);
+}
+
+void RingcollWork::complete(const c10::intrusive_ptr<c10::ivalue::Future>& future,
+                            std::exception_ptr error) {
   if (future) {
     if (error) {
       future->setError(error);

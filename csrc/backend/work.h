@@ -20,6 +20,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "common/callbacks.h"
+
 namespace ringcoll {
 
 // A failure one rank saw, left in the group's store under `key` for the others
@@ -64,9 +66,11 @@ class RingcollWork final : public c10d::Work {
   void setSourceRank(int rank) { sourceRank_.store(rank); }
 
   // Called once, by whoever ran it, with no ringcoll lock held: the future's
-  // callbacks run inside (common/locks.h).
-  void finish();
-  void finishWithError(std::exception_ptr error);
+  // callbacks run inside (common/locks.h), or, with `callbacks`, on its threads
+  // (common/callbacks.h: the caller is a thread the callbacks may wait for). Either
+  // way the future is completed before wait() returns and is_completed() is true.
+  void finish(CallbackRunner* callbacks = nullptr);
+  void finishWithError(std::exception_ptr error, CallbackRunner* callbacks = nullptr);
 
 
  private:
@@ -76,7 +80,9 @@ class RingcollWork final : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::function<std::string()> describeWait_;
   std::atomic<int> sourceRank_{-1};
-  void end(std::exception_ptr error);
+  void end(std::exception_ptr error, CallbackRunner* callbacks);
+  // The end's second half: the future, then completed_ (what wait() waits for).
+  void complete(const c10::intrusive_ptr<c10::ivalue::Future>& future, std::exception_ptr error);
 
   bool ended_ = false;  // the outputs are final (under mutex_)
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made by getFuture()
