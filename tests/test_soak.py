@@ -1,0 +1,67 @@
+"""The soak (benchmarks/soak.py), briefly: a few seconds per transport of every call
+kind, completion mode and event, run as a user runs it (its command line, its JSON);
+any hang, crash, wrong result, unclear error or error without a cause fails. Then the
+harness itself: an injected stall, wrong result and crash must each be counted and
+shown (a soak that cannot see them would pass anything)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOAK = os.path.join(ROOT, "benchmarks", "soak.py")
+
+
+def soak(tmp_path, *args, timeout=150):
+    out = tmp_path / "soak.json"
+    proc = subprocess.run([sys.executable, SOAK, "--out", str(out), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    text = proc.stdout + proc.stderr
+    summary = json.loads(out.read_text()) if out.exists() else None
+    return proc.returncode, summary, text
+
+
+@pytest.mark.parametrize("transport", ["shm", "gloo", "stream"])
+def test_soak_briefly(tmp_path, transport):
+    rc, summary, text = soak(tmp_path, "--seconds", "12", "--transports", transport,
+                             "--nproc", "2,3", "--threads", "3", "--max-bytes", "262144",
+                             "--round-ops", "150", "--pg-timeout-s", "8", "--stall-s", "25",
+                             "--seed", "47")
+    assert summary is not None, text[-6000:]
+    a = summary["totals"]["all"]
+    assert rc == 0 and not summary["failed_rounds"], text[-20000:]
+    # It did something: calls checked on several worlds (a soak that checks nothing passes).
+    assert a["rounds"] >= 2 and a["checked"] >= 200, a
+    assert summary["seed"] == 47 and summary["versions"]["torch"] and summary["command"]
+
+
+def test_a_stall_is_a_hang_with_every_stack(tmp_path):
+    rc, summary, text = soak(tmp_path, "--inject", "hang", "--only-round", "0", "--events",
+                             "off", "--transports", "shm", "--nproc", "2", "--threads", "2",
+                             "--pg-timeout-s", "3", "--stall-s", "6")
+    assert rc == 1 and summary["totals"]["all"]["hangs"] == 1, text[-6000:]
+    # Rank 0's Python stack at the injected wait, and the threads with their native stacks.
+    assert "HANG: no progress" in text and "Python stacks" in text, text[-6000:]
+    assert 'soak.py", line' in text and "in run" in text, text[-6000:]
+    assert "state=" in text, text[-6000:]
+    assert "rerun:" in text and "--only-round 0" in text
+
+
+def test_a_wrong_result_is_counted(tmp_path):
+    rc, summary, text = soak(tmp_path, "--inject", "wrong", "--only-round", "0", "--events",
+                             "off", "--transports", "shm", "--nproc", "2", "--threads", "1")
+    assert rc == 1 and summary["totals"]["all"]["wrong"] == 1, text[-6000:]
+    assert "injected by --inject wrong" in text
+
+
+def test_a_crash_is_counted(tmp_path):
+    rc, summary, text = soak(tmp_path, "--inject", "crash", "--only-round", "0", "--events",
+                             "off", "--transports", "shm", "--nproc", "2", "--threads", "1",
+                             "--pg-timeout-s", "3", "--stall-s", "8")
+    assert rc == 1 and summary["totals"]["all"]["crashes"] == 1, text[-6000:]
+    assert "Segmentation fault" in text, text[-6000:]
