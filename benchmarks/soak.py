@@ -28,18 +28,21 @@ pairs that match); how it is completed comes from one seeded per rank.
 
 In a share of the rounds (--events) one rank aborts a group (ProcessGroup.abort, its
 backend's abort or _abort_process_group) or destroys one (destroy_process_group) from
-another thread, or the harness SIGKILLs a rank, at a random moment. The survivors must
-then fail with a clear error within the group's timeout: a DistBackendError naming the
-collective, its sequence number and a peer, or saying the group was aborted or shut
-down. The round ends when every thread is done, and a new world starts.
+a thread of its own, or the harness SIGKILLs a rank, once that rank has issued a
+random number of calls. The survivors must then fail with a clear error within the
+group's timeout: a DistBackendError naming the collective, its sequence number and a
+peer, or saying the group was aborted or shut down. A thread stops issuing at its
+first error and waits out what it issued; the round ends when every thread is done,
+and a new world starts.
 
 Every result is checked against an exact reference computed on the rank from the
 known inputs (small integers, so sums are exact in every dtype). A watchdog in this
 process turns a round that makes no progress for --stall-s seconds into a hang: it
 prints every rank's Python stacks (faulthandler, on SIGUSR1) and native stacks (gdb
 -batch, tests/mp.py's), then kills the world. The summary counts operations, hangs,
-crashes, wrong results, errors with a clear cause and without one, and errors in
-rounds where nothing was done to cause them; --out writes it as JSON with the
+crashes, wrong results, Works polled past their timeout (stuck), errors with a clear
+cause and without one, errors in rounds where nothing was done to cause them, and
+errors that came later than the group's timeout allows; --out writes it as JSON with the
 command, machine, torch and ringcoll versions and the seed. The exit status is 1
 when anything but a clear, caused error happened. A round's calls are a function
 of (--seed, its number and the knobs); a failure prints the command that reruns its
@@ -85,7 +88,6 @@ class Knobs:
     max_bytes: int = 4 << 20  # largest buffer of one call (all of its blocks)
     events: bool = True  # abort / destroy / kill in some rounds
     event_share: float = 0.3  # share of rounds with an event
-    event_within_s: float = 2.0  # an event comes at a random moment in [0, this) s
     round_ops: int = 240  # calls drawn per round and rank, over its threads
     window: int = 6  # calls issued before a thread completes them, at most
     pg_timeout_s: float = 15.0  # every group's timeout: the bound on a survivor's error
@@ -93,7 +95,7 @@ class Knobs:
     avoid: tuple = ()  # defects filed already, steered clear of (AVOIDABLE)
     only_round: int | None = None  # run this round alone (a failure's rerun)
     out: str | None = None  # the JSON summary's path
-    inject: str | None = None  # tests of the harness itself: hang | wrong | crash
+    inject: tuple = ()  # tests of the harness itself: hang, wrong, crash (round 0)
 
 
 # Defects already filed that --avoid steers clear of, so a long run finds new ones.
@@ -112,7 +114,13 @@ CHAIN_SHARE = 0.15  # share of windows whose first call's callback starts a chai
 CHAIN_LEN = (1, 6)
 SMALL_SHARE = 0.25  # share of calls with a count from {0, 1, p-1, p+1}
 ERROR_SAMPLES = 20  # messages kept per kind of outcome and rank
+LATE_S = 10  # an error later than the group's timeout plus this, after its call, is late
 NATIVE_FRAMES = 30  # per thread, in a hang's native stacks (a GIL wait is ~8 deep)
+# The libraries whose symbols gdb reads for them: ringcoll's, Python's, the C and C++
+# runtimes, c10 and torch's Python binding (where a GIL wait or a tensor's release
+# shows); not libtorch_cpu (gloo, c10d), whose symbols take gdb 15-20 s to read.
+NATIVE_LIBS = ("ringcoll/_C", "libc\\.so", "libstdc", "libpython", "libc10\\.so",
+               "libtorch_python")
 PREMUL_FACTOR = 2.0
 # A clear error: the call (ringcoll::<op> #<seq> (rank r of p)) and a cause that names
 # a peer, an abort or a shutdown; or c10d's own refusal of a group destroyed or aborted.
@@ -142,7 +150,7 @@ def parse_args(argv) -> Knobs:
         f"{k} ({v})" for k, v in AVOIDABLE.items()))
     ap.add_argument("--only-round", type=int, default=None)
     ap.add_argument("--out", default=None, help="write the summary as JSON here")
-    ap.add_argument("--inject", choices=("hang", "wrong", "crash"), default=None,
+    ap.add_argument("--inject", default="",
                     help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     k = Knobs(ops=a.ops, seconds=a.seconds, seed=a.seed,
@@ -151,7 +159,7 @@ def parse_args(argv) -> Knobs:
               max_bytes=a.max_bytes, events=a.events == "on", round_ops=a.round_ops,
               pg_timeout_s=a.pg_timeout_s, stall_s=a.stall_s,
               avoid=tuple(x for x in a.avoid.split(",") if x), only_round=a.only_round,
-              out=a.out, inject=a.inject)
+              out=a.out, inject=tuple(x for x in a.inject.split(",") if x))
     for t in k.transports:
         if t not in ("shm", "gloo", "stream"):
             ap.error(f"--transports: {t!r} is not one of shm, gloo, stream")
@@ -160,6 +168,9 @@ def parse_args(argv) -> Knobs:
     if k.stall_s <= k.pg_timeout_s:
         ap.error(f"--stall-s {k.stall_s} must exceed --pg-timeout-s {k.pg_timeout_s}: a "
                  "survivor may rightly wait that long for its error")
+    for x in k.inject:
+        if x not in ("hang", "wrong", "crash"):
+            ap.error(f"--inject: {x!r} is not one of hang, wrong, crash")
     for x in k.avoid:
         if x not in AVOIDABLE:
             ap.error(f"--avoid: {x!r} is not one of {', '.join(AVOIDABLE)}")
@@ -203,7 +214,8 @@ def plan_round(knobs: Knobs, index: int) -> dict:
         target = rng.choice([i for i, g in enumerate(groups)
                              if not (kind == "destroy" and g["world"])])
         event = {"kind": kind, "rank": rng.choice(groups[target]["ranks"]),
-                 "at_s": round(rng.uniform(0, knobs.event_within_s), 3),
+                 # once that rank has issued this many calls (of about round_ops)
+                 "at_op": rng.randint(1, max(1, knobs.round_ops * 2 // 3)),
                  "group": target,
                  "how": rng.choice(["pg.abort", "backend.abort", "_abort_process_group"])
                  if kind == "abort" else kind}
@@ -213,15 +225,15 @@ def plan_round(knobs: Knobs, index: int) -> dict:
             "round_ops": knobs.round_ops, "window": knobs.window,
             "max_bytes": knobs.max_bytes, "pg_timeout_s": knobs.pg_timeout_s,
             "avoid": list(knobs.avoid),
-            "inject": knobs.inject if index == (knobs.only_round or 0) else None}
+            "inject": list(knobs.inject) if index == (knobs.only_round or 0) else []}
 
 
 def describe_plan(plan) -> str:
     algos = sorted({str(g["algo"]) for g in plan["groups"]})
     ev = plan["event"]
     what = "no event" if ev is None else (
-        f"{ev['how']} of group {ev['group']} by rank {ev['rank']} at {ev['at_s']} s"
-        if ev["kind"] != "kill" else f"SIGKILL of rank {ev['rank']} at {ev['at_s']} s")
+        f"{ev['how']} of group {ev['group']} by rank {ev['rank']} at its call {ev['at_op']}"
+        if ev["kind"] != "kill" else f"SIGKILL of rank {ev['rank']} at its call {ev['at_op']}")
     return (f"{plan['transport']} p={plan['p']} threads={plan['threads']} {what}; "
             f"algorithms {', '.join(algos)}")
 
@@ -413,6 +425,7 @@ class Issued:
     inputs: list  # what only the call reads (dropped in the 'drop_inputs' mode)
     outputs: list  # what the check reads
     check: object  # outputs -> None | what differs; None: nothing to check
+    issued_at: float = field(default_factory=time.monotonic)
 
 
 REDUCING = {"all_reduce", "reduce_scatter_tensor", "reduce_scatter", "reduce",
@@ -646,12 +659,15 @@ class Stats:
     """One rank's counts and samples; a lock only around the counters (never held
     across a call into torch)."""
 
-    def __init__(self, beat, rank):
+    def __init__(self, beat, issued, rank, event_at=None):
         self.lock = threading.Lock()
-        self.beat, self.rank = beat, rank
+        self.beat, self.issued, self.rank = beat, issued, rank
+        self.event_at, self.event_due = event_at, threading.Event()
         self.c = {"issued": 0, "completed": 0, "checked": 0, "unchecked": 0, "wrong": 0,
-                  "errors_clear": 0, "errors_unclear": 0, "stuck": 0, "chains": 0}
-        self.samples = {"wrong": [], "errors_clear": [], "errors_unclear": [], "stuck": []}
+                  "errors_clear": 0, "errors_unclear": 0, "errors_late": 0, "stuck": 0,
+                  "chains": 0}
+        self.samples = {k: [] for k in ("wrong", "errors_clear", "errors_unclear",
+                                        "errors_late", "stuck")}
 
     def add(self, what, sample=None, n=1):
         with self.lock:
@@ -659,6 +675,10 @@ class Stats:
             if sample is not None and len(self.samples[what]) < ERROR_SAMPLES:
                 self.samples[what].append(sample)
         self.beat[self.rank] += 1  # the watchdog's progress (one writer per slot)
+        if what == "issued":
+            self.issued[self.rank] = self.c["issued"]  # the harness kills on it
+            if self.c["issued"] == self.event_at:
+                self.event_due.set()
 
 
 class PollTimeout(Exception):
@@ -677,6 +697,7 @@ class RankThread:
         self.mine = [i for i, g in enumerate(plan["groups"]) if g["thread"] == t]
         self.chain_group = next(i for i in self.mine if plan["groups"][i]["role"] == "chain")
         self.broken = False
+        self.inject_wrong = "wrong" in plan["inject"] and rank == 0 and t == 0
         self.chain_done = threading.Event()
         self.chain_done.set()
         self.limit = plan["pg_timeout_s"] + 10  # a Work polled longer than this is stuck
@@ -687,12 +708,16 @@ class RankThread:
         self.skip = ("barrier",) if stream and "barrier-stream" in plan["avoid"] else ()
 
     # Outcomes
-    def failed(self, spec, seq, e, where):
+    def failed(self, spec, seq, e, where, issued_at=None):
         kind = "stuck" if isinstance(e, PollTimeout) else (
             "errors_" + classify(e))
-        self.stats.add(kind, {"thread": self.t, "where": where,
-                              "call": spec.name(seq) if spec else f"call {seq}",
-                              "error": f"{type(e).__name__}: {e}"[:600]})
+        sample = {"thread": self.t, "where": where,
+                  "call": spec.name(seq) if spec else f"call {seq}",
+                  "error": f"{type(e).__name__}: {e}"[:600]}
+        self.stats.add(kind, sample)
+        waited = time.monotonic() - issued_at if issued_at else 0.0
+        if waited > self.plan["pg_timeout_s"] + LATE_S:
+            self.stats.add("errors_late", {**sample, "seconds": round(waited, 1)})
         self.broken = True
 
     def checked(self, it, seq, outputs):
@@ -744,8 +769,11 @@ class RankThread:
                 self.start_chain(issued[0][1] if issued else None, chain_seed)
             self.complete(issued, self.local.choices(list(self.modes),
                                                      list(self.modes.values()))[0])
-            if self.plan["inject"] == "hang" and self.rank == 0 and self.t == 0:
+            if "hang" in self.plan["inject"] and self.rank == 0 and self.t == 0:
                 threading.Event().wait()  # the harness's own test: a stall
+            if ("crash" in self.plan["inject"] and self.rank == self.plan["p"] - 1
+                    and seq >= 10):
+                os.kill(os.getpid(), signal.SIGSEGV)  # ... and a rank's death
         self.chain_done.wait()
 
     # Completing a window
@@ -768,7 +796,8 @@ class RankThread:
                     for w in it.works:
                         self.poll(w)
             except PollTimeout as e:
-                self.failed(order[0][1].spec, order[0][0], e, "poll_all")
+                self.failed(order[0][1].spec, order[0][0], e, "poll_all",
+                            order[0][1].issued_at)
                 return
         for seq, it in order:
             self.finish(seq, it, mode)
@@ -798,7 +827,7 @@ class RankThread:
                 for w in it.works:
                     w.wait()
         except Exception as e:  # noqa: BLE001 - counted
-            self.failed(it.spec, seq, e, mode)
+            self.failed(it.spec, seq, e, mode, it.issued_at)
             return
         self.checked(it, seq, it.outputs)
 
@@ -807,8 +836,8 @@ class RankThread:
         self.stats.add("completed")
         if it.check is None:
             return
-        if self.plan["inject"] == "wrong" and self.rank == 0 and seq == 1:
-            problem = "injected by --inject wrong"
+        if self.inject_wrong:  # the first checked result of rank 0
+            self.inject_wrong, problem = False, "injected by --inject wrong"
         self.stats.add("checked")
         if problem:
             self.stats.add("wrong", {"thread": self.t, "call": it.spec.name(seq),
@@ -844,7 +873,7 @@ class RankThread:
                 for g in f.value():
                     g.wait()
             except Exception as e:  # noqa: BLE001 - counted
-                self.failed(it.spec, seq, e, "chain callback")
+                self.failed(it.spec, seq, e, "chain callback", it.issued_at)
                 self.chain_done.set()
                 return
             try:
@@ -872,19 +901,20 @@ class RankThread:
         fut.then(lambda f: step(-left[0]))
 
 
-def _event(plan, rank, groups, done, log):
-    """This rank's abort or destroy of a group, at the plan's moment (not after the
-    round's threads are done)."""
+def _event(plan, rank, groups, stats, done, log):
+    """This rank's abort or destroy of a group, from its own thread, once this rank
+    has issued the plan's number of calls (not after the round's threads are done)."""
     import torch
     import torch.distributed as dist
 
     ev = plan["event"]
-    if done.wait(ev["at_s"]):
-        return
+    while not stats.event_due.wait(0.05):
+        if done.is_set():
+            return
     _, pg, _ = groups[ev["group"]]
     if pg is None:
         return
-    log["event_fired_s"] = ev["at_s"]
+    log["event_fired_at_op"] = ev["at_op"]
     try:
         if ev["how"] == "pg.abort":
             pg.abort()
@@ -898,7 +928,7 @@ def _event(plan, rank, groups, done, log):
         log["event_error"] = f"{type(e).__name__}: {e}"
 
 
-def _rank_main(rank, plan, tmp, conn, beat):
+def _rank_main(rank, plan, tmp, conn, beat, issued):
     """A rank of the round: the groups, the threads, the event; reports its counts,
     then destroys the groups and exits."""
     import faulthandler
@@ -928,7 +958,8 @@ def _rank_main(rank, plan, tmp, conn, beat):
     warnings.filterwarnings("ignore")  # torch's deprecation notes, once per call
     torch.set_num_threads(1)
     p = plan["p"]
-    stats = Stats(beat, rank)
+    ev = plan["event"]
+    stats = Stats(beat, issued, rank, ev["at_op"] if ev and ev["rank"] == rank else None)
     info = {}
     timeout = timedelta(seconds=plan["pg_timeout_s"])
     dist.init_process_group("ringcoll", init_method=f"file://{tmp}/store", rank=rank,
@@ -951,11 +982,8 @@ def _rank_main(rank, plan, tmp, conn, beat):
         member = rank in g["ranks"] and pg is not None
         groups[i] = (g, pg if member else None, g["ranks"].index(rank) if member else None)
     conn.send(("ready", None))
-    if plan["inject"] == "crash" and rank == p - 1:
-        os.kill(os.getpid(), signal.SIGSEGV)
     done = threading.Event()
-    ev = plan["event"]
-    event = (threading.Thread(target=_event, args=(plan, rank, groups, done, info),
+    event = (threading.Thread(target=_event, args=(plan, rank, groups, stats, done, info),
                               name="soak-event", daemon=True)
              if ev and ev["kind"] != "kill" and ev["rank"] == rank else None)
     if event:
@@ -986,7 +1014,10 @@ def _rank_main(rank, plan, tmp, conn, beat):
 # --- The harness: rounds, the watchdog, the summary ---------------------------------
 
 def _stacks_of(procs, live, tmp):
-    """Every live rank's Python stacks (faulthandler on SIGUSR1) and native stacks."""
+    """Every live rank's Python stacks (faulthandler on SIGUSR1) and native stacks
+    (gdb, every rank at once)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     sys.path.insert(0, ROOT)
     from tests.mp import _native_stacks, _threads_of  # the kernel's view; gdb's
 
@@ -996,8 +1027,11 @@ def _stacks_of(procs, live, tmp):
         except OSError:
             pass
     time.sleep(1.0)
+    with ThreadPoolExecutor(max(1, len(live))) as pool:
+        native = list(pool.map(lambda r: _native_stacks(procs[r].pid, frames=NATIVE_FRAMES,
+                                                        libs=NATIVE_LIBS), live))
     out = []
-    for r in live:
+    for r, nat in zip(live, native):
         try:
             with open(os.path.join(tmp, f"stacks{r}.txt")) as f:
                 py = f.read().strip()
@@ -1005,8 +1039,7 @@ def _stacks_of(procs, live, tmp):
             py = "(none)"
         out.append(f"--- rank {r} (pid {procs[r].pid}): Python stacks ---\n{py}\n"
                    f"--- rank {r}: threads and native stacks ---\n"
-                   f"{_threads_of(procs[r].pid, native=False)}"
-                   f"{_native_stacks(procs[r].pid, frames=NATIVE_FRAMES)}")
+                   f"{_threads_of(procs[r].pid, native=False)}{nat}")
     return "\n".join(out)
 
 
@@ -1025,9 +1058,11 @@ def run_round(knobs: Knobs, plan: dict, ctx) -> dict:
            "hang": None, "crashes": [], "killed": None, "seconds": 0.0}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ringcoll-soak-") as tmp:
-        beat = ctx.Array("q", p, lock=False)
+        beat = ctx.Array("q", p, lock=False)  # each rank's progress: the watchdog's
+        issued = ctx.Array("q", p, lock=False)  # each rank's calls issued: when to kill
         pipes = [ctx.Pipe(duplex=False) for _ in range(p)]
-        procs = [ctx.Process(target=_rank_main, args=(r, plan, tmp, pipes[r][1], beat),
+        procs = [ctx.Process(target=_rank_main, args=(r, plan, tmp, pipes[r][1], beat,
+                                                               issued),
                              daemon=True) for r in range(p)]
         for pr in procs:
             pr.start()
@@ -1035,7 +1070,7 @@ def run_round(knobs: Knobs, plan: dict, ctx) -> dict:
             w.close()
         readers = {pipes[r][0]: r for r in range(p)}
         state = {r: "starting" for r in range(p)}
-        last_beats, last_progress, ready_at = list(beat), time.monotonic(), None
+        last_beats, last_progress = list(beat), time.monotonic()
         ev = plan["event"]
         while readers:
             for conn in mpc.wait(list(readers), timeout=0.2):
@@ -1059,10 +1094,8 @@ def run_round(knobs: Knobs, plan: dict, ctx) -> dict:
             now = time.monotonic()
             if list(beat) != last_beats:
                 last_beats, last_progress = list(beat), now
-            if ready_at is None and all(s != "starting" for s in state.values()):
-                ready_at = now
-            if (ev and ev["kind"] == "kill" and res["killed"] is None and ready_at
-                    and now - ready_at >= ev["at_s"] and state[ev["rank"]] == "ready"):
+            if (ev and ev["kind"] == "kill" and res["killed"] is None
+                    and issued[ev["rank"]] >= ev["at_op"] and state[ev["rank"]] == "ready"):
                 os.kill(procs[ev["rank"]].pid, signal.SIGKILL)
                 res["killed"] = ev["rank"]
             if now - last_progress > knobs.stall_s:
@@ -1117,6 +1150,7 @@ def tally(rounds) -> dict:
     def zero():
         return {"rounds": 0, "ops": 0, "checked": 0, "unchecked": 0, "wrong": 0, "hangs": 0,
                 "crashes": 0, "stuck": 0, "errors_clear": 0, "errors_unclear": 0,
+                "errors_late": 0,
                 "errors_uncaused": 0, "events": 0, "events_fired": 0, "chains": 0,
                 "seconds": 0.0}
     out = {"all": zero()}
@@ -1129,12 +1163,12 @@ def tally(rounds) -> dict:
             t["crashes"] += len(rr["crashes"])
             t["events"] += rr["event"] is not None
             t["events_fired"] += rr["killed"] is not None or any(
-                "event_fired_s" in rep for rep in rr["ranks"].values())
+                "event_fired_at_op" in rep for rep in rr["ranks"].values())
             for rep in rr["ranks"].values():
                 c = rep["counts"]
                 t["ops"] += c["issued"]
                 for k in ("checked", "unchecked", "wrong", "stuck", "errors_clear",
-                          "errors_unclear", "chains"):
+                          "errors_unclear", "errors_late", "chains"):
                     t[k] += c[k]
                 if rr["event"] is None:
                     t["errors_uncaused"] += c["errors_clear"] + c["errors_unclear"]
@@ -1150,7 +1184,7 @@ def failures_of(rr) -> list:
         bad.append("crash")
     for rep in rr["ranks"].values():
         c = rep["counts"]
-        for k in ("wrong", "errors_unclear", "stuck"):
+        for k in ("wrong", "errors_unclear", "errors_late", "stuck"):
             if c[k]:
                 bad.append(k)
         if rr["event"] is None and c["errors_clear"]:
@@ -1208,11 +1242,11 @@ def main(argv=None) -> int:
     a = totals["all"]
     print(f"\nsoak summary ({summary['seconds']} s, {a['rounds']} rounds):")
     cols = ["rounds", "ops", "checked", "unchecked", "wrong", "hangs", "crashes", "stuck",
-            "errors_clear", "errors_unclear", "errors_uncaused", "events", "events_fired",
-            "chains"]
-    print("  " + f"{'transport':<10}" + "".join(f"{c:>16}" for c in cols))
+            "errors_clear", "errors_unclear", "errors_uncaused", "errors_late", "events",
+            "events_fired", "chains"]
+    print("  " + f"{'transport':<10}" + "".join(f"{c:>{len(c) + 2}}" for c in cols))
     for key, t in totals.items():
-        print("  " + f"{key:<10}" + "".join(f"{t[c]:>16}" for c in cols))
+        print("  " + f"{key:<10}" + "".join(f"{t[c]:>{len(c) + 2}}" for c in cols))
     if knobs.out:
         os.makedirs(os.path.dirname(os.path.abspath(knobs.out)), exist_ok=True)
         with open(knobs.out, "w") as f:
@@ -1226,7 +1260,7 @@ def main(argv=None) -> int:
 def _print_failure(rr):
     print(f"  rerun: {rr['rerun']}")
     for r, rep in sorted(rr["ranks"].items()):
-        for k in ("wrong", "errors_unclear", "stuck"):
+        for k in ("wrong", "errors_unclear", "errors_late", "stuck"):
             for s in rep["samples"][k][:3]:
                 print(f"  rank {r} {k}: {json.dumps(s, default=str)[:800]}")
         if rr["event"] is None:
