@@ -1,15 +1,15 @@
 """Soak: ringcoll under what torch programs do to a backend, randomized, for as long
 as asked, with a watchdog that turns any stall into a failure with every stack.
 
-    python benchmarks/soak.py                                   # 2 minutes, three transports
+    python benchmarks/soak.py                                   # 2 minutes, four transports
     python benchmarks/soak.py --ops 20000 --out benchmarks/results/soak-cpu.json
     python benchmarks/soak.py --seed 7 --only-round 12          # one round of a run, again
 
 Each round starts a new world of ranks (real processes, 2-4 by default) on one
-transport (RINGCOLL_TRANSPORT=shm, gloo and stream, round by round). Every rank runs
---threads Python threads; thread t owns three process groups: one over every rank
-(thread 0's is the default group), one over a random subset of the ranks (one rank
-included) and one that only its future callbacks issue on. Each group gets an
+transport (RINGCOLL_TRANSPORT=shm, gloo, stream and auto, round by round). Every rank
+runs --threads Python threads; thread t owns three process groups: one over every
+rank (thread 0's is the default group), one over a random subset of the ranks (one
+rank included) and one that only its future callbacks issue on. Each group gets an
 algorithm drawn from the built-in ones, the Python ones (ringcoll.schedules.SHIPPED
 and examples/pyring.py), `auto` and per-collective selections, through
 RINGCOLL_ALGO (the default group) or ringcoll.Options(algo=...).
@@ -22,7 +22,8 @@ dtypes, ops and roots, and completes each window one way: wait() in order, rever
 or shuffled, is_completed() polled in a tight loop (no sleep), the future's wait(), a
 then() callback, inputs dropped before the wait, or everything (tensors and Work)
 dropped. Now and then a callback starts a chain: each completed call's callback
-issues the next one, from the backend's thread. What is issued on a group comes from
+issues the next one, from the backend's thread; or (PowerSGD's DDP hook) the first
+one's callback issues the rest and waits for each. What is issued on a group comes from
 an RNG seeded alike on every rank (c10d's rule: one order per group, and point-to-point
 pairs that match); how it is completed comes from one seeded per rank.
 
@@ -82,7 +83,9 @@ class Knobs:
     ops: int = 0  # stop starting rounds after this many operations (0: --seconds alone)
     seconds: float = 120.0  # ... or after this many seconds (0: --ops alone)
     seed: int = 1
-    transports: tuple = ("shm", "gloo", "stream")  # RINGCOLL_TRANSPORT, round by round
+    # RINGCOLL_TRANSPORT, round by round (auto, the default, is shm within a host: the
+    # same links, its own selection)
+    transports: tuple = ("shm", "gloo", "stream", "auto")
     nproc: tuple = (2, 3, 4)  # world sizes, drawn per round
     threads: int = 3  # Python threads per rank, each with its own groups
     max_bytes: int = 4 << 20  # largest buffer of one call (all of its blocks)
@@ -105,6 +108,8 @@ AVOIDABLE = {
     "auto-stream": "issue 47 item 2's twin: no RINGCOLL_ALGO=auto on the stream transport",
     "barrier-stream": "a barrier (no tensor: the CPU path) overtakes the stream path's "
                       "calls: no barrier on the stream transport",
+    "wait-in-callback": "a callback that waits for a call on its own group deadlocks "
+                        "the group's worker: no chain waits inside a callback",
 }
 
 # How a window of calls is completed (weights), per rank.
@@ -112,6 +117,7 @@ MODES = {"wait": 3, "reverse": 1, "shuffle": 1, "poll": 3, "poll_all": 1, "futur
          "then": 2, "wait_timeout": 1, "drop_inputs": 1, "drop_all": 1}
 CHAIN_SHARE = 0.15  # share of windows whose first call's callback starts a chain
 CHAIN_LEN = (1, 6)
+WAIT_INSIDE_SHARE = 0.3  # share of chains a rank runs inside one callback, waiting
 SMALL_SHARE = 0.25  # share of calls with a count from {0, 1, p-1, p+1}
 ERROR_SAMPLES = 20  # messages kept per kind of outcome and rank
 LATE_S = 10  # an error later than the group's timeout plus this, after its call, is late
@@ -161,8 +167,8 @@ def parse_args(argv) -> Knobs:
               avoid=tuple(x for x in a.avoid.split(",") if x), only_round=a.only_round,
               out=a.out, inject=tuple(x for x in a.inject.split(",") if x))
     for t in k.transports:
-        if t not in ("shm", "gloo", "stream"):
-            ap.error(f"--transports: {t!r} is not one of shm, gloo, stream")
+        if t not in ("shm", "gloo", "stream", "auto"):
+            ap.error(f"--transports: {t!r} is not one of shm, gloo, stream, auto")
     if not all(1 <= n <= 8 for n in k.nproc):
         ap.error(f"--nproc: {a.nproc!r}: world sizes from 1 to 8 (the exact inputs' bound)")
     if k.stall_s <= k.pg_timeout_s:
@@ -674,10 +680,11 @@ class Stats:
             self.c[what] += n
             if sample is not None and len(self.samples[what]) < ERROR_SAMPLES:
                 self.samples[what].append(sample)
-        self.beat[self.rank] += 1  # the watchdog's progress (one writer per slot)
+            issued = self.c["issued"]
+            self.beat[self.rank] += 1  # the watchdog's progress (this rank's slot)
         if what == "issued":
-            self.issued[self.rank] = self.c["issued"]  # the harness kills on it
-            if self.c["issued"] == self.event_at:
+            self.issued[self.rank] = issued  # the harness kills on it
+            if self.event_at is not None and issued >= self.event_at:
                 self.event_due.set()
 
 
@@ -847,8 +854,13 @@ class RankThread:
     # Chains: each call's callback issues the next (on the chain group, from whatever
     # thread completes the future: the backend's)
     def start_chain(self, trigger, seed):
-        rng = random.Random(seed)
+        rng = random.Random(seed)  # what the chain issues: alike on every rank
         left = [rng.randint(*CHAIN_LEN)]
+        # How this rank chains: each call from the last one's callback, or (PowerSGD's
+        # DDP hook) the rest issued and waited for inside the first one's callback, on
+        # the thread that completed it (the chain group's own).
+        inside = [random.Random(seed * 31 + self.rank).random() < WAIT_INSIDE_SHARE
+                  and "wait-in-callback" not in self.plan["avoid"], False]
         self.chain_done.clear()
         self.stats.add("chains")
         gi = self.chain_group
@@ -866,11 +878,15 @@ class RankThread:
                 self.failed(spec, seq, e, "chain issue")
                 self.chain_done.set()
                 return
-            fut.then(lambda f, it=it, seq=seq: done(f, it, seq))
+            if inside[1]:  # in the first call's callback
+                done(fut.wait(), it, seq, waited=True)  # raises nothing: collect_all's
+            else:
+                inside[1] = inside[0]
+                fut.then(lambda f, it=it, seq=seq: done(f, it, seq))
 
-        def done(f, it, seq):
+        def done(f, it, seq, waited=False):
             try:
-                for g in f.value():
+                for g in (f if waited else f.value()):
                     g.wait()
             except Exception as e:  # noqa: BLE001 - counted
                 self.failed(it.spec, seq, e, "chain callback", it.issued_at)
@@ -1055,7 +1071,7 @@ def run_round(knobs: Knobs, plan: dict, ctx) -> dict:
     """One world: starts it, watches it, returns what happened."""
     p = plan["p"]
     res = {"round": plan["round"], "plan": describe_plan(plan), "ranks": {},
-           "hang": None, "crashes": [], "killed": None, "seconds": 0.0}
+           "hang": None, "crashes": [], "killed": None, "seconds": 0.0, "ops": 0}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ringcoll-soak-") as tmp:
         beat = ctx.Array("q", p, lock=False)  # each rank's progress: the watchdog's
@@ -1115,6 +1131,8 @@ def run_round(knobs: Knobs, plan: dict, ctx) -> dict:
                                    "logs": {}}
                 pr.kill()
                 pr.join()
+        # Every rank's calls, those that never reported (killed, crashed, hung) too.
+        res["ops"] = sum(issued)
     res["seconds"] = round(time.monotonic() - t0, 2)
     return res
 
@@ -1158,6 +1176,7 @@ def tally(rounds) -> dict:
         for key in ("all", rr["transport"]):
             t = out.setdefault(key, zero())
             t["rounds"] += 1
+            t["ops"] += rr["ops"]
             t["seconds"] = round(t["seconds"] + rr["seconds"], 1)
             t["hangs"] += rr["hang"] is not None
             t["crashes"] += len(rr["crashes"])
@@ -1166,7 +1185,6 @@ def tally(rounds) -> dict:
                 "event_fired_at_op" in rep for rep in rr["ranks"].values())
             for rep in rr["ranks"].values():
                 c = rep["counts"]
-                t["ops"] += c["issued"]
                 for k in ("checked", "unchecked", "wrong", "stuck", "errors_clear",
                           "errors_unclear", "errors_late", "chains"):
                     t[k] += c[k]
@@ -1220,7 +1238,7 @@ def main(argv=None) -> int:
         rr = run_round(knobs, plan, ctx)
         rr.update({"transport": plan["transport"], "p": plan["p"], "event": plan["event"]})
         rounds.append(rr)
-        ops = sum(rep["counts"]["issued"] for rep in rr["ranks"].values())
+        ops = rr["ops"]
         total_ops += ops
         bad = failures_of(rr)
         errs = sum(rep["counts"]["errors_clear"] + rep["counts"]["errors_unclear"]
