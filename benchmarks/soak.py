@@ -134,7 +134,8 @@ CLEAR_CALL = re.compile(r"ringcoll::\w+ #\d+ \(rank \d+ of \d+\)")
 CLEAR_STOP = re.compile(r"abort\(\)|process group was (aborted|shut down)|destroy_process_group")
 CLEAR_GROUP = re.compile(r"(process group|group) (was |has been |is )?"
                          r"(aborted|shut down|destroyed)|Invalid process group"
-                         r"|is not initialized in the world group map", re.I)
+                         r"|is not initialized in the world group map|is not registered",
+                         re.I)
 
 
 def parse_args(argv) -> Knobs:
@@ -1022,7 +1023,8 @@ def _rank_main(rank, plan, tmp, conn, beat, issued):
     if event:
         event.join()
     conn.send(("report", {"counts": stats.c, "samples": stats.samples, **info}))
-    dist.destroy_process_group()
+    if dist.is_initialized():  # (_abort_process_group of the default group ends it)
+        dist.destroy_process_group()
     conn.send(("exited", None))
     conn.close()
 
@@ -1262,9 +1264,10 @@ def main(argv=None) -> int:
     cols = ["rounds", "ops", "checked", "unchecked", "wrong", "hangs", "crashes", "stuck",
             "errors_clear", "errors_unclear", "errors_uncaused", "errors_late", "events",
             "events_fired", "chains"]
-    print("  " + f"{'transport':<10}" + "".join(f"{c:>{len(c) + 2}}" for c in cols))
+    width = {c: max(len(c), 7) + 2 for c in cols}
+    print("  " + f"{'transport':<10}" + "".join(f"{c:>{width[c]}}" for c in cols))
     for key, t in totals.items():
-        print("  " + f"{key:<10}" + "".join(f"{t[c]:>{len(c) + 2}}" for c in cols))
+        print("  " + f"{key:<10}" + "".join(f"{t[c]:>{width[c]}}" for c in cols))
     if knobs.out:
         os.makedirs(os.path.dirname(os.path.abspath(knobs.out)), exist_ok=True)
         with open(knobs.out, "w") as f:
