@@ -42,13 +42,13 @@ process turns a round that makes no progress for --stall-s seconds into a hang: 
 prints every rank's Python stacks (faulthandler, on SIGUSR1) and native stacks (gdb
 -batch, tests/mp.py's), then kills the world. The summary counts operations, hangs,
 crashes, wrong results, Works polled past their timeout (stuck), errors with a clear
-cause and without one, errors in rounds where nothing was done to cause them, and
-errors that came later than the group's timeout allows; --out writes it as JSON with the
-command, machine, torch and ringcoll versions and the seed. The exit status is 1
-when anything but a clear, caused error happened. A round's calls are a function
-of (--seed, its number and the knobs); a failure prints the command that reruns its
-round alone (--only-round). --avoid steers clear of defects already filed, so that a
-long run finds the next one.
+cause and without one, errors in rounds where nothing was done to cause them,
+errors that came later than the group's timeout allows, and rounds that left entries
+in /dev/shm; --out writes it as JSON with the command, machine, torch and ringcoll
+versions and the seed. The exit status is 1 when anything but a clear, caused error
+happened. A round's calls are a function of (--seed, its number and the knobs); a
+failure prints the command that reruns its round alone (--only-round). --avoid steers
+clear of defects already filed, so that a long run finds the next one.
 """
 
 from __future__ import annotations
@@ -300,7 +300,7 @@ def values(n, dtype, rank, salt, op=None, p=1):
     signed = dtype != torch.uint8
     if op is None:
         lo, hi = {"float8": (-7, 7), "int": (-100, 100) if signed else (0, 200)}.get(
-            kind, (-1000, 1000))
+            kind, (-256, 256))  # (bfloat16 holds the integers to 256)
         if dtype == torch.int8:
             lo, hi = -128, 127
     elif op == "PRODUCT":  # 2 at one rank per element, else 1, signs random: |prod| = 2
@@ -397,7 +397,8 @@ class Spec:
     root: int = 0  # group rank
     salt: int = 0
     sizes: list = field(default_factory=list)  # all_to_all / coalesced / p2p sizes
-    shift: int = 1  # p2p
+    shift: int = 1  # p2p_batch: rank r sends to r + shift
+    equal: bool = False  # all_to_all_single: no split sizes (equal blocks)
     tag: int = 0
     pairs: dict = field(default_factory=dict)  # p2p_pairs: group rank -> its peer
 
@@ -458,16 +459,11 @@ def _count(rng, p, itemsize, max_bytes, blocks):
 
 
 def draw_spec(rng, gi, group, max_bytes, skip=()) -> Spec:
-    import torch
-
     p = len(group["ranks"])
     kinds = [k for k in KINDS if not (k in P2P and p == 1)
              and not (k == "p2p_pairs" and p % 2) and k not in skip]
     kind = rng.choices(kinds, [KINDS[k] for k in kinds])[0]
     dtype = rng.choice(_dtypes())
-    if kind in ("all_reduce_coalesced", "coalesced_reduce_scatter") and \
-            _kind_of(dtype) in ("complex",):
-        dtype = torch.float32
     s = Spec(kind=kind, group=gi, dtype=dtype, n=0, salt=rng.getrandbits(40),
              root=rng.randrange(p), tag=rng.randrange(4))
     if kind in REDUCING:
@@ -479,10 +475,9 @@ def draw_spec(rng, gi, group, max_bytes, skip=()) -> Spec:
               "all_gather_coalesced": 3 * p, "all_reduce_coalesced": 3}.get(kind, 1)
     s.n = _count(rng, p, dtype.itemsize, max_bytes, blocks)
     if kind in ("all_to_all_single", "all_to_all"):  # sizes[j][k]: j sends k this many
-        equal = kind == "all_to_all_single" and rng.random() < 0.4
-        s.sizes = [[s.n if equal else rng.randint(0, s.n) for _ in range(p)]
+        s.equal = kind == "all_to_all_single" and rng.random() < 0.4
+        s.sizes = [[s.n if s.equal else rng.randint(0, s.n) for _ in range(p)]
                    for _ in range(p)]
-        s.shift = 0 if equal else 1
     elif kind in ("all_reduce_coalesced", "all_gather_coalesced", "coalesced_all_gather",
                   "coalesced_reduce_scatter"):
         s.sizes = [rng.randint(0, s.n) for _ in range(rng.randint(1, 3))]
@@ -493,7 +488,6 @@ def draw_spec(rng, gi, group, max_bytes, skip=()) -> Spec:
         order = list(range(p))
         rng.shuffle(order)
         s.sizes = [rng.randint(0, s.n) for _ in range(p)]
-        s.shift = 0
         for a, b in zip(order[::2], order[1::2]):
             s.pairs[a], s.pairs[b] = b, a
     return s
@@ -569,7 +563,7 @@ def issue(spec: Spec, pg, me: int, p: int) -> Issued:
         x = mine(sum(S[me]))
         out = empty(sum(S[j][me] for j in range(p)))
         splits = (dict(output_split_sizes=[S[j][me] for j in range(p)],
-                       input_split_sizes=list(S[me])) if spec.shift else {})
+                       input_split_sizes=list(S[me])) if not spec.equal else {})
         w = dist.all_to_all_single(out, x, group=pg, async_op=True, **splits)
 
         def want():
@@ -1061,6 +1055,13 @@ def _stacks_of(procs, live, tmp):
     return "\n".join(out)
 
 
+def _shm_entries() -> set:
+    try:
+        return {e for e in os.listdir("/dev/shm") if "ringcoll" in e}
+    except OSError:
+        return set()
+
+
 def _tail(path, lines=30):
     try:
         with open(path) as f:
@@ -1075,6 +1076,7 @@ def run_round(knobs: Knobs, plan: dict, ctx) -> dict:
     res = {"round": plan["round"], "plan": describe_plan(plan), "ranks": {},
            "hang": None, "crashes": [], "killed": None, "seconds": 0.0, "ops": 0}
     t0 = time.monotonic()
+    shm_before = _shm_entries()
     with tempfile.TemporaryDirectory(prefix="ringcoll-soak-") as tmp:
         beat = ctx.Array("q", p, lock=False)  # each rank's progress: the watchdog's
         issued = ctx.Array("q", p, lock=False)  # each rank's calls issued: when to kill
@@ -1135,6 +1137,13 @@ def run_round(knobs: Knobs, plan: dict, ctx) -> dict:
                 pr.join()
         # Every rank's calls, those that never reported (killed, crashed, hung) too.
         res["ops"] = sum(issued)
+    # Segments are unlinked once mapped, so nothing stays in /dev/shm, a killed rank's
+    # included. (Another program's entries come and go: only lasting ones count.)
+    left = _shm_entries() - shm_before
+    if left:
+        time.sleep(1.0)
+        left &= _shm_entries()
+    res["shm_left"] = sorted(left)
     res["seconds"] = round(time.monotonic() - t0, 2)
     return res
 
@@ -1170,7 +1179,7 @@ def tally(rounds) -> dict:
     def zero():
         return {"rounds": 0, "ops": 0, "checked": 0, "unchecked": 0, "wrong": 0, "hangs": 0,
                 "crashes": 0, "stuck": 0, "errors_clear": 0, "errors_unclear": 0,
-                "errors_late": 0,
+                "errors_late": 0, "shm_left": 0,
                 "errors_uncaused": 0, "events": 0, "events_fired": 0, "chains": 0,
                 "seconds": 0.0}
     out = {"all": zero()}
@@ -1182,6 +1191,7 @@ def tally(rounds) -> dict:
             t["seconds"] = round(t["seconds"] + rr["seconds"], 1)
             t["hangs"] += rr["hang"] is not None
             t["crashes"] += len(rr["crashes"])
+            t["shm_left"] += bool(rr.get("shm_left"))
             t["events"] += rr["event"] is not None
             t["events_fired"] += rr["killed"] is not None or any(
                 "event_fired_at_op" in rep for rep in rr["ranks"].values())
@@ -1202,6 +1212,8 @@ def failures_of(rr) -> list:
         bad.append("hang")
     if rr["crashes"]:
         bad.append("crash")
+    if rr.get("shm_left"):
+        bad.append("shm_left")
     for rep in rr["ranks"].values():
         c = rep["counts"]
         for k in ("wrong", "errors_unclear", "errors_late", "stuck"):
@@ -1262,8 +1274,8 @@ def main(argv=None) -> int:
     a = totals["all"]
     print(f"\nsoak summary ({summary['seconds']} s, {a['rounds']} rounds):")
     cols = ["rounds", "ops", "checked", "unchecked", "wrong", "hangs", "crashes", "stuck",
-            "errors_clear", "errors_unclear", "errors_uncaused", "errors_late", "events",
-            "events_fired", "chains"]
+            "errors_clear", "errors_unclear", "errors_uncaused", "errors_late", "shm_left",
+            "events", "events_fired", "chains"]
     width = {c: max(len(c), 7) + 2 for c in cols}
     print("  " + f"{'transport':<10}" + "".join(f"{c:>{width[c]}}" for c in cols))
     for key, t in totals.items():
@@ -1289,6 +1301,8 @@ def _print_failure(rr):
                 print(f"  rank {r} error without an event: {json.dumps(s)[:800]}")
         if rep.get("event_error"):
             print(f"  rank {r} event raised: {rep['event_error']}")
+    if rr.get("shm_left"):
+        print(f"  left in /dev/shm: {rr['shm_left']}")
     for c in rr["crashes"]:
         print(f"  rank {c['rank']} died (exit code {c['exitcode']}, after '{c['state']}'):\n"
               f"{c['fatal']}\n{c['log']}")
