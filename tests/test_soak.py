@@ -29,9 +29,11 @@ def soak(tmp_path, *args, timeout=150):
 
 def test_soak_briefly(tmp_path):
     """A few rounds on each transport (one run: one fork server to start)."""
-    rc, summary, text = soak(tmp_path, "--ops", "1600", "--seconds", "90", "--nproc", "2,3",
+    # About 25 s here; a hang costs --stall-s and the stacks, hence the long timeout.
+    rc, summary, text = soak(tmp_path, "--ops", "1600", "--seconds", "60", "--nproc", "2,3",
                              "--threads", "3", "--max-bytes", "262144", "--round-ops", "150",
-                             "--pg-timeout-s", "8", "--stall-s", "25", "--seed", "47")
+                             "--pg-timeout-s", "8", "--stall-s", "25", "--seed", "47",
+                             timeout=400)
     assert summary is not None, text[-6000:]
     assert rc == 0 and not summary["failed_rounds"], text[-20000:]
     # It did something: calls checked on every transport (a soak that checks nothing
