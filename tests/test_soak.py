@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOAK = os.path.join(ROOT, "benchmarks", "soak.py")
