@@ -2,7 +2,8 @@
 kind, completion mode and event, run as a user runs it (its command line, its JSON);
 any hang, crash, wrong result, unclear error or error without a cause fails. Then the
 harness itself: an injected stall, wrong result and crash must each be counted and
-shown (a soak that cannot see them would pass anything)."""
+shown, and its references must be exact and its comparison see a misplaced block (a
+soak that cannot see them would pass anything)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import os
 import shutil
 import subprocess
 import sys
-
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOAK = os.path.join(ROOT, "benchmarks", "soak.py")
@@ -68,3 +68,37 @@ def test_a_wrong_result_and_a_crash_are_counted(tmp_path):
     assert rc == 1 and a["wrong"] == 1 and a["crashes"] == 1, text[-6000:]
     assert "injected by --inject wrong" in text
     assert "Segmentation fault" in text, text[-6000:]  # the dead rank's stacks
+
+
+def test_the_checker_sees_a_misplaced_block_and_the_references_are_exact():
+    """The soak's inputs, references and comparison, without a world: every (dtype, op)
+    it draws has a reference that the dtype holds exactly (so a wrong result cannot
+    hide in rounding), and a block moved by one place, or one element changed, shows."""
+    import importlib.util
+
+    import torch
+
+    spec = importlib.util.spec_from_file_location("soak_under_test", SOAK)
+    s = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = s  # (its dataclasses look their module up)
+    try:
+        spec.loader.exec_module(s)
+    finally:
+        del sys.modules[spec.name]
+    for dtype in s._dtypes():
+        for op in s.reduce_ops_for(dtype):
+            for p in (1, 3, 8):
+                ins = [s.values(257, dtype, r, 1234, op, p) for r in range(p)]
+                want = s.reference(ins, op, dtype, p)
+                held = want.to(dtype)  # what ringcoll's output can hold
+                assert s.differs(held, want) is None, (dtype, op, p)
+                bad = held.clone()
+                bad[100:101] = ~held[100:101] if dtype == torch.bool else \
+                    (want[100:101] + 1).to(dtype)
+                if not torch.equal(bad.to(want.dtype), held.to(want.dtype)):
+                    assert s.differs(bad, want), (dtype, op, p)
+        # Data only moved: two blocks of 64 swapped always show.
+        blocks = s.values(128, dtype, 0, 99)
+        swapped = torch.cat([blocks[64:], blocks[:64]])
+        assert s.differs(blocks, blocks.clone()) is None
+        assert s.differs(swapped, blocks) is not None, dtype
