@@ -18,6 +18,7 @@ _P2P_PREFIX = "ringcoll/p2p"
 _AUTO_HOST = "ringcoll/auto/host/"
 _AUTO_VALUE = "ringcoll/auto/value"
 _AUTO_GPU_VALUE = "ringcoll/auto/gpu-value"
+_AUTO_DROPPED = "ringcoll/auto/dropped"
 
 
 def _knob(overrides, name, default=None):
@@ -31,12 +32,17 @@ def _resolve_auto(overrides, store, rank, size):
     Rank 0 resolves them and shares the values through the store, so every rank
     runs the same selection even if their calibration files or environments differ.
     RINGCOLL_ALGO is resolved for the host transport: RINGCOLL_TRANSPORT if it
-    names one, else shm when every rank shares rank 0's host (the identity the
+    names one (shm, gloo), else (auto, or stream, which emulates the GPU path over
+    auto's links) shm when every rank shares rank 0's host (the identity the
     backend uses: RINGCOLL_HOST, else hostname and boot id) and gloo otherwise (the
-    slowest link class; a mixed topology is modelled as all gloo). CUDA tensors'
-    choice (RINGCOLL_GPU_ALGO, which follows RINGCOLL_ALGO when unset) is resolved
-    for the "nccl" transport: the calibration's, else the built-in GPU constants
-    (model.GPU_LINK), with this group's GPU segment size and header setting."""
+    slowest link class; a mixed topology is modelled as all gloo); a group of one
+    rank has no links, and is priced as shm (what it costs is its overhead alone).
+    CUDA tensors' choice (RINGCOLL_GPU_ALGO, which follows RINGCOLL_ALGO when unset)
+    is resolved for the "nccl" transport: the calibration's, else the built-in GPU
+    constants (model.GPU_LINK), with this group's GPU segment size and header
+    setting. A candidate whose schedules cannot be built for this group (a Python
+    algorithm's function raises for this p) drops out of the choice; RINGCOLL_DEBUG
+    prints which and why, on every rank."""
     import dataclasses
 
     from .model import DEFAULTS, auto, load
@@ -50,15 +56,20 @@ def _resolve_auto(overrides, store, rank, size):
     # the other knobs, before they are used
     _C.knobs({**overrides, "RINGCOLL_ALGO": "ring", "RINGCOLL_GPU_ALGO": "ring"})
     transport = _knob(overrides, "RINGCOLL_TRANSPORT", "auto")
+    if transport not in ("shm", "gloo"):  # auto's links (stream rides on them too)
+        transport = "auto" if size > 1 else "shm"
     # The host transport matters only to a host choice that wants auto (every rank
     # agrees on that: the knobs are shared).
-    find_hosts = transport == "auto" and size > 1 and auto.wants_auto(value)
+    find_hosts = transport == "auto" and auto.wants_auto(value)
     if find_hosts:
         store.set(_AUTO_HOST + str(rank), _knob(overrides, "RINGCOLL_HOST") or _C.this_host())
+    dropped = {}
     if rank == 0:
         if find_hosts:
-            hosts = {store.get(_AUTO_HOST + str(r)).decode() for r in range(size)} if size > 1 else set()
+            hosts = {store.get(_AUTO_HOST + str(r)).decode() for r in range(size)}
             transport = "shm" if len(hosts) <= 1 else "gloo"
+        elif transport == "auto":  # only CUDA tensors' choice wants auto
+            transport = "shm"
         try:
             # Predicted with this group's segment sizes and fingerprint settings.
             cal = load()
@@ -72,18 +83,21 @@ def _resolve_auto(overrides, store, rank, size):
             cal = dataclasses.replace(
                 cal, chunk_bytes=int(_knob(overrides, "RINGCOLL_CHUNK_BYTES", cal.chunk_bytes)),
                 fingerprint=fingerprint, transports={**cal.transports, "nccl": gpu})
-            resolved = auto.resolve(value, size, transport, cal)
-            gpu_resolved = (auto.resolve(gpu_value, size, "nccl", cal)
+            resolved = auto.resolve(value, size, transport, cal, dropped)
+            gpu_resolved = (auto.resolve(gpu_value, size, "nccl", cal, dropped)
                             if gpu_value is not None else "")
         except Exception as e:  # noqa: BLE001 - a Python algorithm's error too
             # Every rank raises the same error (the others wait on the store for it).
             why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
             resolved = gpu_resolved = "!" + why
+        left_out = auto.left_out(dropped)
+        store.set(_AUTO_DROPPED, left_out)
         store.set(_AUTO_VALUE, resolved)
         store.set(_AUTO_GPU_VALUE, gpu_resolved)
     else:
         resolved = store.get(_AUTO_VALUE).decode()
         gpu_resolved = store.get(_AUTO_GPU_VALUE).decode()
+        left_out = store.get(_AUTO_DROPPED).decode()
     if resolved.startswith("!"):
         raise ValueError(f"ringcoll: {resolved[1:]}")
     out = dict(overrides)
@@ -94,7 +108,9 @@ def _resolve_auto(overrides, store, rank, size):
     if _knob(overrides, "RINGCOLL_DEBUG", "0") in ("1", "true"):
         print(f"[ringcoll rank {rank}/{size}] RINGCOLL_ALGO={value} resolved to {resolved}"
               + (f"; for CUDA tensors RINGCOLL_GPU_ALGO={gpu_value} resolved to {gpu_resolved}"
-                 if gpu_resolved else ""), file=sys.stderr, flush=True)
+                 if gpu_resolved else "")
+              + (f"; left out of auto's choice: {left_out}" if left_out else ""),
+              file=sys.stderr, flush=True)
     return out
 
 

@@ -58,6 +58,7 @@ import bisect
 import sys
 
 from . import _C
+from ._modules import load_from_environment
 
 # torch's names, as the benchmark, the model and the simulator print them; c10d's
 # (allreduce, reducescatter, allgather, alltoall) are accepted too.
@@ -118,7 +119,7 @@ def _check_structure(scheds, p, sizes, where, bounds=None):
     bounds = bounds or sizes
     nsteps = max(len(s["steps"]) for s in scheds)
     for s in range(nsteps):
-        pairs = {}  # (src, dst) -> [send sizes], [recv sizes]
+        pairs = {}  # (src, dst) -> [send ranges], [recv ranges]
         for r, sched in enumerate(scheds):
             if s >= len(sched["steps"]):
                 continue
@@ -136,10 +137,10 @@ def _check_structure(scheds, p, sizes, where, bounds=None):
                     continue  # empty: the executor skips it on both sides
                 if kind == "send":
                     sends.append((b, e))
-                    pairs.setdefault((r, peer), ([], []))[0].append(e - b)
+                    pairs.setdefault((r, peer), ([], []))[0].append((b, e))
                 else:
                     writes.append((b, e))
-                    pairs.setdefault((peer, r), ([], []))[1].append(e - b)
+                    pairs.setdefault((peer, r), ([], []))[1].append((b, e))
             for b, e in step["reduced"]:
                 if not (0 <= b <= e <= bounds[r]):
                     _fail(f"{at}: marks [{b}, {e}) reduced, outside the buffer [0, {bounds[r]})")
@@ -151,10 +152,57 @@ def _check_structure(scheds, p, sizes, where, bounds=None):
                     if _overlap(w, snd):
                         _fail(f"{at}: range {w} is written while {snd} is sent in one step")
         for (a, b), (sent, received) in sorted(pairs.items()):
-            if sent != received:
-                _fail(f"{where} step {s}: rank {a} sends sizes {sent} to rank {b}, "
-                      f"which receives sizes {received} from rank {a}")
+            if [e - x for x, e in sent] != [e - x for x, e in received]:
+                _unpaired(scheds, where, s, a, b, sent, received)
     return nsteps
+
+
+def _pair_steps(sched, kind, peer):
+    """[(step, range)] of a rank's non-empty transfers of `kind` ("send", or "recv"
+    for either receive) with peer, in the order the executor pairs them (by step,
+    then in schedule order)."""
+    return [(t, (b, e)) for t, step in enumerate(sched["steps"])
+            for k, q, b, e in step["transfers"]
+            if q == peer and b < e and (k == "send") == (kind == "send")]
+
+
+def _unpaired(scheds, where, s, a, b, sent, received):
+    """Fails on step s, where the sends from a to b and the receives on b from a do
+    not pair, naming the first transfer without a partner of its size there. The
+    executor pairs a's k-th send to b with b's k-th receive from a whatever their
+    steps: when that partner is in another step, the two ranks disagree on the step
+    of one transfer, which is a deadlock (each would wait in its step for what the
+    other posts only in a later one), named with both steps."""
+    sizes = lambda rs: [e - x for x, e in rs]  # noqa: E731
+    shown = lambda r: f"[{r[0]}, {r[1]})"  # noqa: E731
+    head = (f"{where} step {s}: rank {a} sends sizes {sizes(sent)} to rank {b}, which "
+            f"receives sizes {sizes(received)} from rank {a}")
+    k = next(i for i in range(min(len(sent), len(received)) + 1)
+             if i == len(sent) or i == len(received) or sizes(sent)[i] != sizes(received)[i])
+    if k < len(sent) and k < len(received):
+        _fail(f"{head}: send {k} {shown(sent[k])} and receive {k} {shown(received[k])} differ "
+              "in size")
+    sends, recvs = _pair_steps(scheds[a], "send", b), _pair_steps(scheds[b], "recv", a)
+    if k < len(received):  # a receive on b whose send is not in this step
+        lone = received[k]
+        what = f"rank {b} receives {shown(lone)} from rank {a} in step {s}"
+        g = recvs.index((s, lone))
+        partner = sends[g] if g < len(sends) else None
+        who, verb = a, "sends"
+    else:
+        lone = sent[k]
+        what = f"rank {a} sends {shown(lone)} to rank {b} in step {s}"
+        g = sends.index((s, lone))
+        partner = recvs[g] if g < len(recvs) else None
+        who, verb = b, "receives"
+    if partner is None:
+        _fail(f"{head}: {what}, and rank {who} {verb} nothing to pair with it in any step")
+    t = partner[0]
+    steps = (t, s) if k < len(received) else (s, t)  # (sender's, receiver's)
+    _fail(f"{where}: deadlock: {what}, but rank {who} {verb} the transfer that pairs with it "
+          f"({shown(partner[1])}) in step {t}: a send and its receive must be in one step "
+          f"(rank {a} in step {steps[0]} and rank {b} in step {steps[1]} would each wait for "
+          "the other: a real run hangs, or pairs the wrong messages)")
 
 
 def _alltoall_offsets(counts, r):
@@ -543,16 +591,6 @@ def check_all(algo, max_p=64, log=None) -> int:
     return done
 
 
-def _load_modules():
-    """Algorithms written in Python that RINGCOLL_ALGO_MODULES names
-    (ringcoll.schedules), as the backend's creator imports them."""
-    import os
-
-    from .schedules import load_modules
-
-    load_modules(os.environ.get("RINGCOLL_ALGO_MODULES"))
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m ringcoll.check",
@@ -562,7 +600,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-p", type=int, default=64, help="largest world size (default 64)")
     a = ap.parse_args(argv)
     try:
-        _load_modules()
+        load_from_environment()
     except ImportError as e:
         print(f"python -m ringcoll.check: {e}", file=sys.stderr)
         return 2

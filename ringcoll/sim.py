@@ -47,6 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import check as checker
+from ._modules import load_from_environment
 from .model import (DTYPE_BYTES, Transfers, critical_path, elements, payments, staging_term,
                     transfers, transfers_of)
 
@@ -201,7 +202,7 @@ def main(argv=None) -> int:
     ap.add_argument("--size", type=parse_size, default=1 << 20)
     a = ap.parse_args(argv)
     try:
-        checker._load_modules()
+        load_from_environment()
     except ImportError as e:
         print(f"python -m ringcoll.sim: {e}", file=sys.stderr)
         return 2

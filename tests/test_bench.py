@@ -394,6 +394,12 @@ def test_good_arguments_parse():
     assert a.backends == ["ringcoll+fingerprint=0", "gloo"] and a.device == "cpu"
     d = bench.parse_args([])
     assert (d.minbytes, d.maxbytes, d.stepfactor, d.nproc) == (8, 16 << 20, 4.0, [2, 4])
+    assert (d.json, d.csv, d.plot) == ("bench-out/ringcoll-bench.json",
+                                       "bench-out/ringcoll-bench.csv",
+                                       "bench-out/ringcoll-bench.png")
+    w = bench.parse_args(["--out", "bench-out/walk", "--csv", ""])  # a folder of its own
+    assert (w.json, w.csv, w.plot) == ("bench-out/walk/ringcoll-bench.json", "",
+                                       "bench-out/walk/ringcoll-bench.png")
     assert d.collectives == list(records.RECORDS) and d.backends == ["ringcoll", "gloo"]
 
 

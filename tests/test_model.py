@@ -489,6 +489,37 @@ def test_auto_in_a_running_group(capfd):
     assert "(auto: predicted fastest (model defaults, shm, p=2); RINGCOLL_ALGO" in err, err[-2000:]
 
 
+def one_rank_auto_world(rank, p):
+    """The default group (RINGCOLL_ALGO=auto from the environment) and, on every
+    rank, a group of itself alone with algo auto, as pipeline stages make them."""
+    failures = []
+    alone = [dist.new_group([r], backend="ringcoll", pg_options=ringcoll.Options(algo="auto"))
+             for r in range(p)][rank]
+    for g in ([None] if p == 1 else []) + [alone]:
+        x = torch.arange(10.0) + rank
+        dist.all_reduce(x, group=g)
+        if not torch.equal(x, torch.arange(10.0) + rank):
+            failures.append(f"all_reduce of one rank: {x.tolist()}")
+        out = torch.zeros(4)
+        dist.all_gather_into_tensor(out, torch.full((4,), float(rank)), group=g)
+        if not torch.equal(out, torch.full((4,), float(rank))):
+            failures.append(f"all_gather of one rank: {out.tolist()}")
+        dist.barrier(group=g)
+    return failures
+
+
+@pytest.mark.parametrize("world_size", [1, 2])
+def test_auto_on_a_group_of_one_rank(world_size, capfd):
+    """world_size=1, and new_group with one member: auto resolves (a group of one
+    has no links; it was priced for transport 'auto', which has no constants)."""
+    # RINGCOLL_TRANSPORT left at auto: the transport priced is the one auto finds
+    mp.run_checks(world_size, one_rank_auto_world,
+                  env={"RINGCOLL_ALGO": "auto", "RINGCOLL_DEBUG": "1"})
+    err = capfd.readouterr().err
+    assert "[ringcoll rank 0/1] RINGCOLL_ALGO=auto resolved to allreduce=" in err, err[-2000:]
+    assert "shm, p=1)" in err, err[-2000:]
+
+
 # the simulator
 
 

@@ -30,6 +30,7 @@
 
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
@@ -157,6 +158,7 @@ def _tool(args, modules=MODULES):
 def test_command_lines_import_ringcoll_algo_modules():
     out = _tool(["ringcoll.check", "pyring", "--max-p", "4"])
     assert out.returncode == 0, out.stderr
+    assert "RuntimeWarning" not in out.stderr, out.stderr  # runpy's, when check ran twice
     assert "pyring (all_reduce, reduce_scatter, all_gather, barrier)" in out.stdout
     out = _tool(["ringcoll.sim", "--algo", "pyring", "--hosts", "2", "--per-host", "4",
                  "--size", "64K"])
@@ -222,6 +224,8 @@ def _mutated(how):
             steps[1][1] = type(steps[1][1])("recv_reduce", steps[1][1].peer, *steps[0][1][2:])
         elif how == "result":
             del steps[-1]
+        elif how == "deadlock" and prm.rank == 0:
+            steps.insert(0, [])  # rank 0's steps one later than its peers'
         elif how == "raises":
             return 1 // (prm.rank - prm.rank)
         elif how == "not_a_schedule":
@@ -238,6 +242,10 @@ BAD = {
     "sizes": "step 0: rank 0 sends sizes [2] to rank 1, which receives sizes [3]",
     "twice": "step 1 rank 0: element 6 from rank 2 counts ranks [2] twice",
     "result": "rank 0 at the end (after step 2): element",
+    "deadlock": "p=3 n=9: deadlock: rank 1 receives [0, 3) from rank 0 in step 0, but rank 0 "
+                "sends the transfer that pairs with it ([0, 3)) in step 1: a send and its "
+                "receive must be in one step (rank 0 in step 1 and rank 1 in step 0 would "
+                "each wait for the other",
     "raises": "for rank 0 (p=3, n=9): the function raised ZeroDivisionError: integer division",
     "not_a_schedule": "for rank 0 (p=3, n=9): the function returned list, not a",
     "bad_item": "for rank 0 (p=3, n=9) step 0: ('send', 1, 0, 1) is not send(peer, range)",
@@ -357,14 +365,51 @@ def test_ranks_whose_definitions_differ_disagree(transport):
         assert r["intact"] and r["elapsed"] < 5, (rank, r)
 
 
-def _broken(prm):
-    raise KeyError("no schedule for auto")
+def _powers_of_two_only(prm):
+    if prm.size & (prm.size - 1):
+        raise ValueError(f"powers of two only, not {prm.size}")
+    return pyring.all_reduce(prm)
 
 
-def auto_with_a_broken_algorithm_world(rank, p):
-    """Every rank registers an algorithm that raises; auto (resolved on rank 0 while
-    the others wait on the store) weighs it."""
-    register("pyautobroken", "all_reduce")(_broken)
+def auto_beside_an_algorithm_that_raises_world(rank, p):
+    """Every rank registers an all-reduce that raises for this p; auto (resolved on
+    rank 0 while the others wait on the store) must leave it out, not fail."""
+    register("pypow2", "all_reduce")(_powers_of_two_only)
+    register("pypow2", "all_gather")(pyring.all_gather)
+    g = dist.new_group(backend="ringcoll", timeout=timedelta(seconds=30),
+                       pg_options=ringcoll.Options(algo="auto"))
+    failures = []
+    for n in (0, 1, p + 1, 1000, 300000):
+        x = torch.full((n,), float(rank + 1))
+        dist.all_reduce(x, group=g)
+        if not torch.equal(x, torch.full((n,), float(p * (p + 1) // 2))):
+            failures.append(f"all_reduce n={n}: {x[:4].tolist()}")
+        out = torch.zeros(n * p)
+        dist.all_gather_into_tensor(out, torch.full((n,), float(rank)), group=g)
+        if not torch.equal(out, torch.arange(p).repeat_interleave(n).float()):
+            failures.append(f"all_gather n={n}: {out[:4].tolist()}")
+    dist.barrier(group=g)
+    return failures
+
+
+def test_auto_leaves_out_an_algorithm_that_raises_for_this_world(capfd):
+    """p = 3 with an all-reduce that serves powers of two only: the group works,
+    the algorithm's all-gather (which serves p = 3) stays a candidate, and
+    RINGCOLL_DEBUG says on every rank what was left out and why."""
+    mp.run_checks(3, auto_beside_an_algorithm_that_raises_world, timeout=180,
+                  transport="shm", env={"RINGCOLL_DEBUG": "1"})
+    err = capfd.readouterr().err
+    for rank in range(3):
+        line = [x for x in err.splitlines()
+                if x.startswith(f"[ringcoll rank {rank}/3] RINGCOLL_ALGO=auto resolved")]
+        assert line, err[-3000:]
+        assert "left out of auto's choice: pypow2 for all_reduce (AlgorithmError: algorithm " \
+               "'pypow2' all_reduce" in line[0], line[0]
+        assert "ValueError: powers of two only, not 3" in line[0], line[0]
+        assert "pypow2 for all_gather" not in line[0], line[0]
+
+
+def auto_with_a_bad_calibration_world(rank, p):
     t0 = time.monotonic()
     try:
         dist.new_group(backend="ringcoll", timeout=timedelta(seconds=30),
@@ -375,12 +420,64 @@ def auto_with_a_broken_algorithm_world(rank, p):
     return msg, time.monotonic() - t0
 
 
-def test_auto_with_an_algorithm_that_raises_fails_every_rank():
-    """Not only rank 0: the others learn its error from the store, not by timing out."""
-    res = mp.run_world(2, auto_with_a_broken_algorithm_world, timeout=120)
+def test_auto_error_on_rank_0_fails_every_rank_at_once(tmp_path):
+    """Rank 0 resolves auto: an error there (the calibration file it reads is
+    missing) reaches the other ranks through the store, not by their timeout."""
+    missing = str(tmp_path / "no-such-calibration.json")
+    res = mp.run_world(2, auto_with_a_bad_calibration_world, timeout=120,
+                       env={"RINGCOLL_MODEL": missing})
     for rank, (msg, elapsed) in enumerate(res):
-        assert "pyautobroken" in msg and "no schedule for auto" in msg, (rank, msg)
+        assert f"calibration {missing}: cannot read it" in msg, (rank, msg)
         assert elapsed < 20, (rank, elapsed, msg)
+
+
+def _prepare_from_threads(definition, threads=8, rounds=100):
+    """Errors of `threads` threads each preparing `rounds` calls of 6 sizes at once."""
+    errors = []
+
+    def worker(i):
+        try:
+            for k in range(rounds):
+                n = (i * 7 + k) % 6 + 1
+                sched, _ = _prepare(definition, "all_reduce", 0, 2, n)
+                assert sched[1] == (0, n), sched[1]
+        except Exception as e:  # noqa: BLE001 - reported by the test
+            errors.append(f"{type(e).__name__}: {e}")
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as CPython lets them
+    try:
+        ts = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join(120)
+    finally:
+        sys.setswitchinterval(interval)
+    return errors
+
+
+class _SlowLookups(collections.OrderedDict):
+    """A memo whose lookups let other threads run in the middle (as a thread switch
+    there does, rarely): the window in which another thread evicts what was found."""
+
+    def get(self, key, default=None):
+        got = super().get(key, default)
+        time.sleep(0.0002)
+        return got
+
+
+def test_the_prepared_memo_is_shared_by_threads_safely():
+    """Threads that issue collectives at once miss the memo at once: with a memo of
+    2 entries and 6 sizes, 8 threads evict each other's entries constantly. Each
+    gets its schedule (a lookup racing an eviction raised KeyError: 8 runs of 8
+    before the memo's lock, without _SlowLookups about 1 in 2)."""
+    d = _definition("pythreads", pyring.all_reduce)
+    d._PREPARED = 2
+    d._prepared = _SlowLookups()
+    errors = _prepare_from_threads(d)
+    assert not errors, errors[:5]
+    assert len(d._prepared) <= 2
 
 
 _CALLS = []  # (collective, rank, n) of every pycount schedule this process built
@@ -553,11 +650,72 @@ def test_the_docs_walk_shows_the_example_and_its_commands_run():
             continue
         out = subprocess.run(text, shell=True, capture_output=True, text=True, timeout=300,
                              env=env, cwd=REPO)
-        assert out.returncode == 0, (text, out.stderr)
+        refused = shown.startswith("FAILED:")  # the broken variant's step
+        assert out.returncode == (1 if refused else 0), (text, out.stderr)
+        assert "Warning" not in out.stderr, (text, out.stderr)  # runpy's, say
         for line in shown.splitlines():
-            assert line == "..." or line in out.stdout, (text, line, out.stdout)
+            printed = out.stderr if refused else out.stdout
+            assert line == "..." or line in printed, (text, line, printed)
         ran += 1
-    assert ran == 2
+    assert ran == 3
+
+
+def test_the_checker_imports_nothing_above_it():
+    """ringcoll.check is the lower room, the vocabulary (ringcoll.schedules) sits above
+    it: the checker imports none of it (they imported each other), and the package
+    does not import the checker as it loads (python -m ringcoll.check would run a
+    second copy of it, with runpy's RuntimeWarning)."""
+    import ast
+
+    tree = ast.parse((REPO / "ringcoll" / "check.py").read_text())
+    named = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            named |= {node.module or ""} | {f"{node.module or ''}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            named |= {a.name for a in node.names}
+    assert not [m for m in named if "schedules" in m], named
+    out = subprocess.run([sys.executable, "-c", "import sys, ringcoll; "
+                          "print('ringcoll.check' in sys.modules)"],
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.stdout.strip() == "False", out.stdout + out.stderr
+
+
+_NOT_EDITABLE = """
+import os, runpy, sys
+
+# As after `pip install .`: no editable finder, the installed copy on sys.path, and
+# the checkout (the working directory) first, as `python -m` puts it.
+sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
+sys.path[0] = os.getcwd()
+sys.path.append(sys.argv[1])
+sys.argv = ["ringcoll.check"] + sys.argv[2:]
+runpy.run_module("ringcoll.check", run_name="__main__", alter_sys=True)
+"""
+
+
+def test_the_walk_runs_in_a_checkout_beside_a_non_editable_install(tmp_path):
+    """From a checkout's root whose ringcoll/ has no built extension, with ringcoll
+    installed elsewhere (pip install .), `python -m ringcoll.check` runs the
+    installed copy's modules (it said "ringcoll's C++ extension is not built in
+    .../ringcoll"), with no warning."""
+    import shutil
+
+    ignore = shutil.ignore_patterns("__pycache__")
+    site, checkout = tmp_path / "site-packages", tmp_path / "checkout"
+    shutil.copytree(REPO / "ringcoll", site / "ringcoll", ignore=ignore)
+    shutil.copy(REPO / "ringcoll_autoload.py", site)
+    shutil.copytree(REPO / "ringcoll", checkout / "ringcoll",
+                    ignore=shutil.ignore_patterns("__pycache__", "_C.*"))
+    (tmp_path / "run.py").write_text(_NOT_EDITABLE)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
+    out = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", str(tmp_path / "run.py"),
+                          str(site), "ring", "--max-p", "2"],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=checkout)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "ring (all_reduce, reduce_scatter, all_gather, broadcast, reduce, barrier): " \
+           "73 schedules proved" in out.stdout, out.stdout
+    assert "Warning" not in out.stderr, out.stderr
 
 
 def test_a_name_defined_again_is_what_the_tools_read():

@@ -267,7 +267,9 @@ def _wrong_result(sc):
 @pytest.mark.parametrize("collective, mutate, fragment", [
     ("allreduce", _drop_reduce, "ranks"),
     ("allreduce", _drop_pair, "but it holds ranks"),
-    ("allreduce", _unpaired, "receives sizes"),
+    # the executor pairs rank 1's receive with rank 0's next send, a step later
+    ("allreduce", _unpaired, "deadlock: rank 1 receives [0, 3) from rank 0 in step 0, but "
+                             "rank 0 sends the transfer that pairs with it ([9, 12)) in step 1"),
     ("allreduce", _mark_twice, "a second time"),
     ("allreduce", _mark_early, "marks element 0 reduced"),
     ("allreduce", _shift_range, "reduces position 0 from rank 0 into position 6"),
@@ -360,7 +362,8 @@ def _biring_one_direction(sc):
     ("twoshot", "allreduce", 3, _drop_pair, "but it holds ranks"),
     ("oneshot", "allreduce", 3, _oneshot_without_scratch, "is written while"),
     ("oneshot", "allreduce", 3, _reads_unwritten_scratch, "before it holds all of it"),
-    ("biring", "allreduce", 3, _biring_one_direction, "sends sizes"),
+    ("biring", "allreduce", 3, _biring_one_direction, "deadlock: rank 1 sends [3, 4) to rank 0 "
+                                                      "in step 0, but rank 0 receives"),
     ("direct", "alltoall", 3, _alltoall_swaps_blocks, "block for rank 0"),
     ("direct", "gather", 3, _gather_drops_a_block, "ends with nothing"),
 ])

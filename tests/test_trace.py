@@ -162,6 +162,24 @@ def test_cli_merges_explains_and_draws(traced, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_the_timeline_names_the_critical_path_only_where_it_draws_one(traced, tmp_path):
+    from ringcoll.trace import plot
+
+    tr = rtrace.load(traced)
+    # The last collective as if no rank had waited for a peer's bytes (each arrived
+    # when it was wanted): its critical path has no transfer to draw.
+    quiet = max(tr.collectives)
+    for o in tr.ops_of(quiet):
+        o.want = o.arrive
+    drawn = set()
+    for seq in sorted(tr.collectives):
+        labels = plot.draw(tr, seq, tmp_path / f"{seq}.png")
+        has = bool(rtrace.critical_path(tr, seq)["chain"])
+        assert ("critical path (waited-for transfers)" in labels) == has, (seq, labels)
+        drawn.add(has)
+    assert drawn == {True, False}, drawn
+
+
 def _gloo_run(rank, world_size):
     import torch.distributed as dist
 

@@ -206,14 +206,17 @@ def parser() -> argparse.ArgumentParser:
                          "environment's RINGCOLL_ALGO, else ring")
     ap.add_argument("--transport", default="auto", choices=["auto", "shm", "gloo"],
                     help="ringcoll's transport (ringcoll.Options(transport=...)); default auto")
-    ap.add_argument("--json", default="bench-out/ringcoll-bench.json", metavar="PATH",
+    ap.add_argument("--out", default="bench-out", metavar="DIR",
+                    help="where --json, --csv and --plot write when they are not given: "
+                         "DIR/ringcoll-bench.json, .csv and .png; default %(default)s")
+    ap.add_argument("--json", default=None, metavar="PATH",
                     help="every row, the comparison and the machine, as JSON; '' for none; "
-                         "default %(default)s")
-    ap.add_argument("--csv", default="bench-out/ringcoll-bench.csv", metavar="PATH",
-                    help="one line per row; '' for none; default %(default)s")
-    ap.add_argument("--plot", default="bench-out/ringcoll-bench.png", metavar="PATH",
+                         "default bench-out/ringcoll-bench.json (in --out's folder)")
+    ap.add_argument("--csv", default=None, metavar="PATH",
+                    help="one line per row; '' for none; default bench-out/ringcoll-bench.csv (in --out's folder)")
+    ap.add_argument("--plot", default=None, metavar="PATH",
                     help="busbw against size, one panel per collective (needs matplotlib); "
-                         "'' for none; default %(default)s")
+                         "'' for none; default bench-out/ringcoll-bench.png (in --out's folder)")
     return ap
 
 
@@ -232,6 +235,9 @@ def _check_args(ap, args):
 
     import ringcoll
 
+    for key, ext in (("json", "json"), ("csv", "csv"), ("plot", "png")):
+        if getattr(args, key) is None:
+            setattr(args, key, os.path.join(args.out, f"ringcoll-bench.{ext}"))
     if args.maxbytes < args.minbytes:
         ap.error(f"argument -e/--maxbytes: {args.maxbytes} is below -b/--minbytes "
                  f"{args.minbytes}")

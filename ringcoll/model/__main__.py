@@ -343,9 +343,9 @@ def compare(a) -> int:
 
 def main(argv=None) -> int:
     a = parse_args(argv)
-    from ..check import _load_modules
+    from .._modules import load_from_environment
 
-    _load_modules()  # the algorithms RINGCOLL_ALGO_MODULES defines, measured too
+    load_from_environment()  # the algorithms RINGCOLL_ALGO_MODULES defines, measured too
     return calibrate(a) if a.calibrate else compare(a)
 
 

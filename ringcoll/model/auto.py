@@ -22,12 +22,18 @@ its all-gathers and reduce-scatters when p divides the size (at p = 3 they are c
 to a multiple of p, 60 B say, and run the winner at the power of 2 below). Ties
 keep the earlier-registered algorithm, so the result is a pure function of (p,
 transport, calibration).
+
+A candidate whose schedules cannot be built for this group (an algorithm written
+in Python whose function raises for this world size, say powers of two only)
+drops out of the choice for that collective, never failing the group: resolve()
+records why in `dropped`, which the backend's creator prints under RINGCOLL_DEBUG.
 """
 
 from __future__ import annotations
 
 from .. import _C
-from . import COLLECTIVES, SELECT_NAME, Calibration, layers_of, predict, providers, transfers
+from . import (COLLECTIVES, SELECT_NAME, Calibration, CalibrationError, layers_of, predict,
+               providers, transfers)
 
 # 4 B .. 1 GiB
 GRID = [2 ** k for k in range(2, 31)]
@@ -47,13 +53,39 @@ def candidates(collective: str, p: int) -> list[str]:
     return providers(collective)
 
 
-def choices(collective: str, p: int, transport: str, cal: Calibration) -> list[tuple]:
-    """[(algorithm, lo, hi)] covering every size: hi None for the last."""
-    algos = candidates(collective, p)
-    winners = []
-    for b in GRID:
-        t = {a: predict(a, collective, p, b, transport, cal) for a in algos}
-        winners.append(min(algos, key=lambda a: (t[a], algos.index(a))))
+def _first_line(e: BaseException) -> str:
+    text = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def predictions(collective: str, p: int, transport: str, cal: Calibration, sizes,
+                dropped: dict | None = None) -> dict:
+    """{algorithm: [predicted seconds at each of `sizes`]} of every candidate whose
+    schedules can be built. A candidate that is not built in and fails (its function
+    raises, or returns no schedule) is left out, with the reason in
+    dropped[(algorithm, collective)]; a built-in one that fails, or a calibration
+    that cannot price the transport, is an error (a bug, or the user's file)."""
+    out = {}
+    for a in candidates(collective, p):
+        try:
+            out[a] = [predict(a, collective, p, b, transport, cal) for b in sizes]
+        except CalibrationError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any error of a user's algorithm
+            if _C.is_builtin(a):
+                raise
+            if dropped is not None:
+                dropped[(a, collective)] = _first_line(e)
+    return out
+
+
+def choices(collective: str, p: int, transport: str, cal: Calibration,
+            dropped: dict | None = None) -> list[tuple]:
+    """[(algorithm, lo, hi)] covering every size: hi None for the last. `dropped`
+    (a dict) receives the candidates left out and why (predictions())."""
+    t = predictions(collective, p, transport, cal, GRID, dropped)
+    algos = list(t)
+    winners = [min(algos, key=lambda a: (t[a][i], algos.index(a))) for i in range(len(GRID))]
     out = []
     for i, (b, w) in enumerate(zip(GRID, winners)):
         lo = 0 if i == 0 else b
@@ -65,10 +97,11 @@ def choices(collective: str, p: int, transport: str, cal: Calibration) -> list[t
     return out
 
 
-def entry(collective: str, p: int, transport: str, cal: Calibration) -> str:
+def entry(collective: str, p: int, transport: str, cal: Calibration,
+          dropped: dict | None = None) -> str:
     """'allreduce=tree:0-16K,ring' for one collective."""
     parts = [a if hi is None else f"{a}:{_size(lo)}-{_size(hi)}"
-             for a, lo, hi in choices(collective, p, transport, cal)]
+             for a, lo, hi in choices(collective, p, transport, cal, dropped)]
     return f"{SELECT_NAME[collective]}=" + ",".join(parts)
 
 
@@ -86,29 +119,36 @@ def _names(choices: str) -> list[str]:
     return [c.split(":", 1)[0].strip() for c in choices.split(",")]
 
 
-def resolve(value: str, p: int, transport: str, cal: Calibration) -> str:
+def resolve(value: str, p: int, transport: str, cal: Calibration,
+            dropped: dict | None = None) -> str:
     """`value` with every `auto` replaced by the model's choice, plus the note.
     A value without auto comes back unchanged. ValueError if auto is mixed with
-    other choices of one collective."""
+    other choices of one collective. `dropped` (a dict) receives, per (algorithm,
+    collective), why a candidate was left out (predictions())."""
     if not wants_auto(value):
         return value
     try:
-        return _resolve(value, p, transport, cal)
+        return _resolve(value, p, transport, cal, {} if dropped is None else dropped)
     finally:
         transfers.cache_clear()  # resolved once per group: keep no tables (large at big p)
         layers_of.cache_clear()
 
 
-def _resolve(value: str, p: int, transport: str, cal: Calibration) -> str:
+def left_out(dropped: dict) -> str:
+    """dropped (resolve()'s) as one line for RINGCOLL_DEBUG; '' when empty."""
+    return "; ".join(f"{a} for {c} ({why})" for (a, c), why in dropped.items())
+
+
+def _resolve(value: str, p: int, transport: str, cal: Calibration, dropped: dict) -> str:
     body = value.split("#", 1)[0].strip()
     # The collective by either spelling, c10d's (allreduce) or torch's (all_reduce).
     by_select = {SELECT_NAME[c]: c for c in COLLECTIVES} | {c: c for c in COLLECTIVES}
     if body == "auto":
-        entries = [entry(c, p, transport, cal) for c in AUTO_COLLECTIVES]
+        entries = [entry(c, p, transport, cal, dropped) for c in AUTO_COLLECTIVES]
         # barrier is an all-reduce of p bytes
-        algos = candidates("all_reduce", p)
-        t = {a: predict(a, "all_reduce", p, p, transport, cal) for a in algos}
-        entries.append("barrier=" + min(algos, key=lambda a: (t[a], algos.index(a))))
+        t = predictions("all_reduce", p, transport, cal, [p], dropped)
+        algos = list(t)
+        entries.append("barrier=" + min(algos, key=lambda a: (t[a][0], algos.index(a))))
     else:
         entries = []
         for e in body.split(";"):
@@ -117,7 +157,7 @@ def _resolve(value: str, p: int, transport: str, cal: Calibration) -> str:
                 if rest.strip() != "auto" or name.strip() not in by_select:
                     raise ValueError(f"RINGCOLL_ALGO: in '{e.strip()}', auto must be the only "
                                      f"choice of a collective ({', '.join(by_select)})")
-                e = entry(by_select[name.strip()], p, transport, cal)
+                e = entry(by_select[name.strip()], p, transport, cal, dropped)
             entries.append(e.strip())
     return (";".join(entries) + f"# auto: predicted fastest (model {cal.source}, "
             f"{transport}, p={p})")

@@ -52,16 +52,25 @@ true counts and every other rank's drawn from ringcoll.check's default pattern
 from __future__ import annotations
 
 import collections
-import importlib
-import importlib.util
-import os
 import sys
+import threading
 import traceback
 import zlib
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
-from .. import _C, check
+from .. import _C
+from .._modules import load_modules
+
+
+def _checker():
+    """ringcoll.check, imported when a schedule is first proved, not with this module:
+    the package imports this module as it loads, and a checker imported then would
+    run twice under `python -m ringcoll.check` (once as ringcoll.check, once as
+    __main__: runpy's RuntimeWarning, and two ScheduleError classes)."""
+    from .. import check
+
+    return check
 
 __all__ = ["Params", "Range", "Transfer", "Reduced", "Schedule", "AlgorithmError", "block",
            "split", "send", "recv_copy", "recv_reduce", "reduced", "register", "load_modules",
@@ -261,6 +270,7 @@ class _Definition:
     def __init__(self, name: str, summary: str, builders: dict):
         self.name, self.summary, self.builders = name, summary, dict(builders)
         self._prepared = collections.OrderedDict()
+        self._lock = threading.Lock()
 
     def schedule(self, collective: str, prm: Params) -> dict:
         """The user's schedule for prm, checked for form only."""
@@ -294,6 +304,7 @@ class _Definition:
         where = f"algorithm '{self.name}' {collective} p={p} n={n}"
         if collective in ("broadcast", "reduce", "gather", "scatter"):
             where += f" root={root}"
+        check = _checker()
         try:
             check.check_schedules(scheds, collective, p, n, root, where, counts)
         except check.ScheduleError as e:
@@ -312,7 +323,7 @@ class _Definition:
             # Proved in a world of this rank's true counts, the others' drawn from
             # the checker's pattern; digested at that pattern alone (a rank knows
             # only its own counts, and the digest must be the same on every rank).
-            pattern = check.alltoall_counts(p, p + 1)
+            pattern = _checker().alltoall_counts(p, p + 1)
             counts = [list(row) for row in pattern]
             counts[rank] = list(send_counts)
             for s in range(p):
@@ -328,13 +339,22 @@ class _Definition:
         return _to_c(scheds[rank]), self._digest(scheds)
 
     def _remember(self, key, make):
-        got = self._prepared.get(key)
-        if got is None:
-            got = self._prepared[key] = make()
+        """The memo's entry for key, else make()'s (remembered). Threads that issue
+        collectives at once share the memo: its lock guards the lookup and the
+        insertion, never make() (the user's function runs unlocked: it may take
+        long, or call back into ringcoll); two threads that miss at once both make
+        the entry, and the later one's replaces the earlier (they are equal)."""
+        with self._lock:
+            got = self._prepared.get(key)
+            if got is not None:
+                self._prepared.move_to_end(key)
+                return got
+        got = make()
+        with self._lock:
+            self._prepared[key] = got
+            self._prepared.move_to_end(key)
             while len(self._prepared) > self._PREPARED:
                 self._prepared.popitem(last=False)
-        else:
-            self._prepared.move_to_end(key)
         return got
 
 
@@ -369,42 +389,6 @@ def register(name: str, collective: str, *, summary: str | None = None
         return fn
 
     return add
-
-
-def load_modules(spec: str | None) -> None:
-    """Imports the modules of a RINGCOLL_ALGO_MODULES value: comma-separated dotted
-    module names (import's rules, sys.path) or paths of .py files (imported under
-    their file name, once). Raises ImportError naming the one that failed."""
-    for item in (spec or "").split(","):
-        item = item.strip()
-        if not item:
-            continue
-        try:
-            if item.endswith(".py") or os.sep in item:
-                _import_path(item)
-            else:
-                importlib.import_module(item)
-        except Exception as e:  # noqa: BLE001 - reported with the module's name
-            raise ImportError(f"RINGCOLL_ALGO_MODULES: cannot import {item!r} "
-                              f"({type(e).__name__}: {e})") from e
-
-
-def _import_path(path: str) -> None:
-    path = os.path.abspath(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no such file: {path}")
-    name = os.path.splitext(os.path.basename(path))[0]
-    mod = sys.modules.get(name)
-    if mod is not None and os.path.abspath(getattr(mod, "__file__", "") or "") == path:
-        return
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except BaseException:
-        del sys.modules[name]
-        raise
 
 
 # The algorithms ringcoll ships written in Python, registered with the package.

@@ -1,6 +1,7 @@
 """The timeline of one collective as a PNG (matplotlib): ranks as rows, each with a
 send, a receive and a reduce/copy lane, bars coloured by step, the critical path
-(ringcoll.trace.critical_path) in red."""
+(ringcoll.trace.critical_path: the transfers a rank waited for, back from the last
+rank to finish) as red arrows, in the legend only when there is one."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from . import critical_path, duration, step_name
 
 
 def draw(trace, seq, path):
-    """The timeline of collective seq as a PNG."""
+    """The timeline of collective seq as a PNG; returns the legend's labels (the
+    critical path's only when it has an arrow to draw)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,7 +68,11 @@ def draw(trace, seq, path):
                for s in sorted({o.step for o in ops})][:20]
     handles.append(Patch(facecolor="white", edgecolor="black", hatch="///",
                          label="waiting for the bytes"))
-    handles.append(Patch(color="red", label="critical path"))
+    if cp["chain"]:  # drawn only where a rank waited for a peer's bytes
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], color="red", lw=1.4,
+                              label="critical path (waited-for transfers)"))
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     size = c.bytes
     human = f"{size / 2**20:g} MiB" if size >= 2**20 else f"{size} B"
@@ -77,3 +83,4 @@ def draw(trace, seq, path):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+    return [h.get_label() for h in handles]
