@@ -513,7 +513,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       m, "RingcollBackend")
       .def_property_readonly("knobs",
                              [](const RingcollBackend& b) { return b.knobs().describe(); })
-      .def_property_readonly("links", &RingcollBackend::links,
+      // Without the GIL: it takes the backend's CPU lock, which stop() holds while
+      // it waits for threads that may need the GIL (common/locks.h).
+      .def_property_readonly("links",
+                             py::cpp_function(&RingcollBackend::links,
+                                              py::call_guard<py::gil_scoped_release>()),
                              "The CPU transport of each peer's link (\"shm\", \"gloo\"; "
                              "\"\" for this rank).")
       .def("stream_stats", &RingcollBackend::streamStats, py::arg("cuda"),

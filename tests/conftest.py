@@ -4,9 +4,17 @@ same results as gloo, exactly."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 TRANSPORTS = ["shm", "gloo"]
+
+# Every test process (and every rank, which inherits the environment) runs ringcoll's
+# debug checks (docs/KNOBS.md): a lock held where Python may run, or a Work's memory
+# freed while its device may still use it, aborts the rank naming it, so a test fails
+# at the breach instead of hanging when the GIL happens to be contended.
+os.environ.setdefault("RINGCOLL_CHECKS", "1")
 
 
 @pytest.fixture(params=TRANSPORTS)

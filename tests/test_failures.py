@@ -277,7 +277,10 @@ def test_fingerprint_off_lets_dtype_mismatch_through():
 def stuck_then_torn_down(rank, p, how):
     """Rank 1 never joins the collective (it stays alive, so that its exit is not
     what ends the collective); rank 0 has an async all_reduce in flight when it
-    tears its group down."""
+    tears its group down. A first collective on every rank makes the group's paths
+    (on the stream path, as on CUDA, its communicator is made by the first call,
+    which waits for every rank)."""
+    dist.all_reduce(torch.zeros(1))
     if rank == 1:
         dist.barrier(group=mp.GLOO)
         time.sleep(6)
@@ -305,7 +308,7 @@ def test_teardown_with_work_in_flight_returns(how, transport):
     res = mp.run_world(2, stuck_then_torn_down, how, pg_timeout_s=60, transport=transport,
                        timeout=120)
     msg, returned = res[0]
-    assert "ringcoll::allreduce #1 (rank 0 of 2)" in msg, msg
+    assert "ringcoll::allreduce #2 (rank 0 of 2)" in msg, msg
     if how == "abort":
         assert "aborted" in msg and "rank 1" in msg, msg
         assert returned < 1.0, returned

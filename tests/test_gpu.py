@@ -842,3 +842,72 @@ def test_gpu_destroy_lets_a_slow_peer_finish():
     for r, out in enumerate(res):
         assert out["exact"], f"rank {r}: wrong result after a peer's destroy: {out}"
         assert out["destroy_s"] < 2 * 2 + 1, out  # grace for the work, then for finalize
+
+
+# --- What programs do (tests/test_programs.py), on the GPU path itself. ---
+
+def gpu_polling(rank, p, rounds):
+    """tests/test_programs.py's tight poll on CUDA tensors: is_completed() with the
+    GIL held in a loop, the input a temporary the caller drops at once; exact."""
+    _set_device(rank)
+    failures = []
+    n = 4096
+    out = torch.zeros(n * p, device="cuda")
+    for i in range(rounds):
+        w = dist.all_gather_into_tensor(out, torch.full((n,), float(rank + i), device="cuda"),
+                                        async_op=True)
+        while not w.is_completed():
+            pass
+        w.wait()
+        want = (torch.arange(p, dtype=torch.float32, device="cuda") + i).repeat_interleave(n)
+        if not torch.equal(out, want):
+            failures.append(f"round {i}: {(out != want).sum().item()} wrong elements")
+            break
+    return failures
+
+
+@pytest.mark.parametrize("p", WORLDS[:1])
+def test_gpu_polling_is_completed_in_a_tight_loop(p):
+    _assert_no_failures(gpu_world(p, gpu_polling, 300, timeout=300))
+
+
+def gpu_first_call_aborted(rank, p):
+    """tests/test_programs.py's first call on a stream path that waits for a rank
+    that never makes it: here the NCCL communicator's creation. An abort() from
+    another thread ends it at once (the unique id's wait and NCCL's init poll it)."""
+    import threading
+    import time
+
+    _set_device(rank)
+    if rank == 1:
+        time.sleep(6)
+        return None
+    outcome = {}
+
+    def first_call():
+        t0 = time.monotonic()
+        try:
+            dist.all_reduce(torch.ones(8, device="cuda"))
+            torch.cuda.synchronize()
+            outcome["err"] = None
+        except Exception as e:  # noqa: BLE001
+            outcome["err"] = f"{type(e).__name__}: {e}"
+        outcome["elapsed"] = time.monotonic() - t0
+
+    t = threading.Thread(target=first_call)
+    t.start()
+    time.sleep(1.0)
+    t0 = time.monotonic()
+    dist.group.WORLD.abort()
+    outcome["abort_s"] = time.monotonic() - t0
+    t.join(timeout=30)
+    outcome["alive"] = t.is_alive()
+    return outcome
+
+
+def test_gpu_first_call_waiting_for_a_missing_rank_ends_on_abort():
+    r0 = gpu_world(2, gpu_first_call_aborted, pg_timeout_s=60, may_exit=(1,), timeout=120,
+                   together=False)[0]
+    print(f"[first call aborted] {r0}")
+    assert not r0["alive"] and r0["abort_s"] < 5 and r0["elapsed"] < 6, r0
+    assert r0["err"] and "aborted" in r0["err"], r0

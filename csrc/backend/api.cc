@@ -359,14 +359,18 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::barrier(const c10d::BarrierOptions& opts) {
   const char* op = "barrier";
+  // The barrier's p bytes. Its own tensor, so that it runs where this group's CPU
+  // collectives run (launch() routes by tensor): on the stream path under
+  // RINGCOLL_TRANSPORT=stream, in order with them (it overtook queued async ones on
+  // the CPU path and paired with a peer's collective instead).
+  at::Tensor scratch = at::zeros({getSize()}, at::kByte);
   const algo::Prepared a = algorithm(op, algo::Collective::kBarrier,
-                                     static_cast<size_t>(getSize()), at::Tensor(),
+                                     static_cast<size_t>(getSize()), scratch,
                                      [&] { return algo::barrierParams(params(0)); });
   algo::Fingerprint fp;
   fp.method = algo::Method::kBarrier;
-  return launch(c10d::OpType::BARRIER, op, fp, {}, {}, static_cast<size_t>(getSize()),
-                opTimeout(opts.timeout), [this, a](algo::Executor&) {
-                  at::Tensor scratch = at::zeros({getSize()}, at::kByte);
+  return launch(c10d::OpType::BARRIER, op, fp, {scratch}, {}, static_cast<size_t>(getSize()),
+                opTimeout(opts.timeout), [this, a, scratch](algo::Executor&) {
                   return Staged{algo::barrier(*a, params(0), scratch.data_ptr()),
                                 [scratch] {}};
                 },

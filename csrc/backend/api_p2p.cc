@@ -32,6 +32,7 @@
 #include "backend/api_helpers.h"
 #include "backend/backend.h"
 #include "backend/checks.h"
+#include "backend/cpu_stream_device.h"
 #include "backend/work.h"
 #ifdef RINGCOLL_WITH_CUDA
 #include "backend/cuda_device.h"
@@ -157,7 +158,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::postPointToPoint(
     m.tensor = t;
     m.flat = flat;
     {
-      std::lock_guard<std::mutex> lock(coalesceMutex_);
+      std::lock_guard<Mutex> lock(coalesceMutex_);
       if (coalescing_) {
         // Sent with the rest of the block at endCoalescing; this Work completes
         // with that job's (torch's batch_isend_irecv waits for that one).
@@ -188,20 +189,26 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::postPointToPoint(
   r.buf = flat.numel() ? flat.data_ptr() : nullptr;
   r.bytes = bytesOf(flat);
   r.timeout = timeout_;
-  // Holds both tensors until the engine is done with their memory.
-  r.done = [work, t, flat, label, isSend](P2PEngine::Result& res) mutable {
+  // Holds both tensors until the engine is done with their memory. It runs on the
+  // engine's progress thread (or a caller's, once stopped): the Work's future's
+  // callbacks go to the callback threads, since one may wait for another request
+  // that thread must serve (common/callbacks.h). Weak: the runner is the backend's,
+  // joined by stop(), and only ever destroyed there.
+  std::weak_ptr<CallbackRunner> callbacks = callbacks_;
+  r.done = [work, t, flat, label, isSend, callbacks](P2PEngine::Result& res) mutable {
+    std::shared_ptr<CallbackRunner> runner = callbacks.lock();
     if (!res.error.empty()) {
-      work->finishWithError(labelled(label, res.error));
+      work->finishWithError(labelled(label, res.error), runner.get());
       return;
     }
     work->setSourceRank(res.source);
     try {
       if (!isSend && !flat.is_same(t)) t.copy_(flat);
     } catch (...) {
-      work->finishWithError(std::current_exception());
+      work->finishWithError(std::current_exception(), runner.get());
       return;
     }
-    work->finish();
+    work->finish(runner.get());
   };
   pointToPoint_->post(std::move(r));
   noteCoalesced(work);
@@ -214,34 +221,38 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::postPointToPoint(
 std::shared_ptr<StreamPath> RingcollBackend::pointToPointPathFor(const at::Tensor& t,
                                                                  const char* op,
                                                                  const CallLabel& label) {
-  std::lock_guard<std::mutex> lock(pathMutex_);
-  throwIfStopped(label);  // stop() took the paths
+  // A communicator of its own (its id under a prefix of its own), so that messages
+  // between two ranks never pair with a collective's; made at the first call, which
+  // every rank of the group must make (as NCCL's point-to-point communicator).
+  auto pstore = c10::make_intrusive<c10d::PrefixStore>(
+      t.is_cuda() ? "ringcoll/p2p" : "ringcoll/user-p2p-stream", store_);
   if (!t.is_cuda()) {
-    TORCH_CHECK(p2pStream_, "ringcoll::", op, ": no point-to-point stream path");
-    return p2pStream_;
+    TORCH_CHECK(p2pStreamHost_, "ringcoll::", op, ": no point-to-point stream path");
+    return lazyPath(p2pStream_, label, [this, pstore](const Stopping& stopping) {
+      emulateCommInit("ringcoll/stream-comm/p2p", *pstore, stopping);
+      auto device = std::make_shared<CpuStreamDevice>(*p2pStreamHost_, knobs_.chunkBytes,
+                                                      knobs_.streamDelayUs, 0,
+                                                      knobs_.stopLatchBytes,
+                                                      knobs_.maxBatchesInFlight);
+      return std::make_shared<StreamPath>(std::move(device), pstore, getRank(), getSize(),
+                                          knobs_, std::vector<int>{}, knobs_.fingerprint);
+    });
   }
 #ifdef RINGCOLL_WITH_CUDA
   const c10::DeviceIndex index = t.device().index();
-  if (cuda_ || p2pCuda_) {
-    TORCH_CHECK(index == cudaIndex_, "ringcoll::", op, ": tensor is on cuda:",
-                static_cast<int>(index), " but this process group is bound to cuda:",
-                static_cast<int>(cudaIndex_));
-  }
-  if (!p2pCuda_) {
-    // A communicator of its own (its unique id under a prefix of its own), so that
-    // messages between two ranks never pair with a collective's.
-    auto pstore = c10::make_intrusive<c10d::PrefixStore>("ringcoll/p2p", store_);
+  checkCudaIndex(op, index);
+  return lazyPath(p2pCuda_, label, [this, pstore, index](const Stopping& stopping) {
     auto device = std::make_shared<CudaDevice>(pstore, getRank(), getSize(), timeout_,
                                                knobs_.gpuChunkBytes, index, nullptr,
                                                knobs_.ncclBlocking, /*connectAll=*/false,
-                                               knobs_.stopLatchBytes, knobs_.maxBatchesInFlight);
-    p2pCuda_ = std::make_shared<StreamPath>(std::move(device), pstore, getRank(), getSize(),
-                                            knobs_, std::vector<int>{},
-                                            knobs_.fingerprint && knobs_.gpuFingerprint);
-    cudaIndex_ = index;
-  }
-  return p2pCuda_;
+                                               knobs_.stopLatchBytes, knobs_.maxBatchesInFlight,
+                                               stopping);
+    return std::make_shared<StreamPath>(std::move(device), pstore, getRank(), getSize(), knobs_,
+                                        std::vector<int>{},
+                                        knobs_.fingerprint && knobs_.gpuFingerprint);
+  });
 #else
+  (void)label;
   TORCH_CHECK(false, "ringcoll::", op, ": this ringcoll build has no CUDA support");
 #endif
 }
@@ -334,8 +345,14 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchStreamMessages(
   fp.method = algo::Method::kPointToPoint;
   fp.seq = seq;
   fp.rank = me;
+  // Whom it waits for, for its errors (the path has no ring neighbours to name).
+  std::string whom;
+  for (const auto& m : messages) {
+    whom += c10::str(whom.empty() ? "" : ", ", "rank ", m.peer, " (", m.send ? "send" : "receive",
+                     ", tag ", m.tag, ")");
+  }
   return path->launch(type, traceTag(op, seq), label, seq, fp, timeout_, inputs,
-                      std::move(outputs), body);
+                      std::move(outputs), body, whom);
 }
 
 // ---------------------------------------------------------------------------------
@@ -346,18 +363,22 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchStreamMessages(
 // with the first error if any failed.
 
 void RingcollBackend::noteCoalesced(const c10::intrusive_ptr<c10d::Work>& work) {
-  std::lock_guard<std::mutex> lock(coalesceMutex_);
+  std::lock_guard<Mutex> lock(coalesceMutex_);
   if (coalescing_) coalesced_.push_back(work);
 }
 
 void RingcollBackend::startCoalescing() {
-  std::lock_guard<std::mutex> lock(coalesceMutex_);
+  // Left from a block that never ended: let go after the lock (common/locks.h).
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<StreamMessage> batch;
+  std::vector<c10::intrusive_ptr<RingcollWork>> batchWorks;
+  std::lock_guard<Mutex> lock(coalesceMutex_);
   TORCH_CHECK(!coalescing_, "ringcoll::startCoalescing: already coalescing (no endCoalescing "
                             "since the last startCoalescing)");
   coalescing_ = true;
-  coalesced_.clear();
-  streamBatch_.clear();
-  streamBatchWorks_.clear();
+  works.swap(coalesced_);
+  batch.swap(streamBatch_);
+  batchWorks.swap(streamBatchWorks_);
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::endCoalescing() {
@@ -365,7 +386,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::endCoalescing() {
   std::vector<StreamMessage> batch;
   std::vector<c10::intrusive_ptr<RingcollWork>> batchWorks;
   {
-    std::lock_guard<std::mutex> lock(coalesceMutex_);
+    std::lock_guard<Mutex> lock(coalesceMutex_);
     TORCH_CHECK(coalescing_, "ringcoll::endCoalescing: called without startCoalescing");
     coalescing_ = false;
     works.swap(coalesced_);

@@ -7,9 +7,12 @@
 #include <cstdio>
 #include <optional>
 
+#include <unistd.h>
+
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "backend/comm_init.h"
 #include "backend/cpu_stream_device.h"
 #include "backend/flight_recorder.h"
 #include "backend/gloo_port.h"
@@ -61,6 +64,12 @@ struct RingcollBackend::CpuTask {
   Clock::time_point started;  // RINGCOLL_DEBUG only
   algo::TraceTag tag;  // set only when tracing
   Clock::time_point lastReportLook{};  // checkInterrupts' last read of the store
+  // Set by runCpu when the collective ended: its error (null: success), and whether
+  // it was a timeout (then the failure hooks run). endCpu acts on them.
+  std::exception_ptr error;
+  bool timedOut = false;
+  // The body and staged job hold the user's tensors: freed with no lock held.
+  ~CpuTask() { checkNoLockHeld("destroying a CPU collective (its tensors)"); }
 };
 
 RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
@@ -165,26 +174,15 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
     executor_->setTracer(tracer_.get());
   }
   if (knobs_.transport == "stream") {
-    auto device = std::make_shared<CpuStreamDevice>(*transport_, knobs_.chunkBytes,
-                                                    knobs_.streamDelayUs, knobs_.streamFailAfter,
-                                                    knobs_.stopLatchBytes,
-                                                    knobs_.maxBatchesInFlight);
-    device->executor().setTracer(tracer_.get());
-    streamPath_ = std::make_shared<StreamPath>(std::move(device), store_, rank, size, knobs_,
-                                               ringNeighbours_, knobs_.fingerprint);
-    // Point-to-point's emulated stream path, over a host transport of its own.
+    // Point-to-point's emulated stream path rides on a host transport of its own,
+    // made here; both emulated paths are made at their first call (lazyPath), as
+    // the CUDA ones are.
     try {
-      auto pstore = c10::make_intrusive<c10d::PrefixStore>("ringcoll/user-p2p-stream", store_);
-      StoreRendezvous srv(pstore);
+      StoreRendezvous srv(
+          c10::make_intrusive<c10d::PrefixStore>("ringcoll/user-p2p-stream", store_));
       p2pStreamHost_ = makeCpuTransport(topo, knobs_.transport, srv,
                                         makeGlooPort(p2p_, kStreamPointToPointTag), rank, size,
                                         knobs_.chunkBytes, kPointToPointLaneWait);
-      auto pdevice = std::make_shared<CpuStreamDevice>(*p2pStreamHost_, knobs_.chunkBytes,
-                                                       knobs_.streamDelayUs, 0,
-                                                       knobs_.stopLatchBytes,
-                                                       knobs_.maxBatchesInFlight);
-      p2pStream_ = std::make_shared<StreamPath>(std::move(pdevice), pstore, rank, size, knobs_,
-                                                std::vector<int>{}, knobs_.fingerprint);
     } catch (const std::runtime_error& e) {
       C10_THROW_ERROR(DistBackendError,
                       c10::str("ringcoll: setting up the point-to-point stream path: ", e.what()));
@@ -192,6 +190,7 @@ RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, i
   }
   pairSeq_[0].assign(static_cast<size_t>(size), 0);
   pairSeq_[1].assign(static_cast<size_t>(size), 0);
+  callbacks_ = std::make_shared<CallbackRunner>();
   worker_ = std::make_unique<Worker>();
   if (knobs_.debug) {
     std::string links, hosts;
@@ -212,76 +211,147 @@ void RingcollBackend::stop(Stop how) {
   while (prev < static_cast<int>(how) &&
          !stop_.compare_exchange_weak(prev, static_cast<int>(how))) {
   }
-  // Joining the worker (and the CUDA watchdog) can wait on the GIL: their last
-  // references to user tensors may be Python-owned, and dropping those needs the
-  // GIL. destroy_process_group frees the backend with the GIL held, so release it
-  // while joining, or the two threads deadlock. The worker's tasks see stop_ within
-  // kReportPoll and fail (queued ones at once), so the join is prompt.
-  auto join = [this, how] {
-    // One stop at a time: abort() from another thread may still be aborting a path
-    // (waiting for its running batch) when destroy_process_group's shutdown() comes;
-    // the second must not free the transport under the first.
-    std::lock_guard<std::mutex> stopping(stopMutex_);
-    if (pointToPoint_) {
-      pointToPoint_->stop(how == Stop::kAbort ? P2PEngine::Stop::kAbort
-                                              : P2PEngine::Stop::kShutdown);
-    }
-    std::shared_ptr<StreamPath> cuda, stream, p2pCuda, p2pStream;
+  if (onOwnThread()) {
+    // A future's callback (on the worker, a watchdog, point-to-point's thread) that
+    // stops the group: the teardown would join this very thread. Everything in
+    // flight fails now; the joins and frees come with the next stop() from another
+    // thread, at the latest the destructor's.
+    requestStop(how);
+    return;
+  }
+  // Joining the worker (and the watchdogs) can wait on the GIL: their last
+  // references to user tensors may be Python-owned, dropping those needs the GIL,
+  // and a future's callbacks may be Python. destroy_process_group frees the backend
+  // with the GIL held, so release it while tearing down, or the threads deadlock.
+  auto run = [this, how] {
+    // One teardown at a time: abort() from another thread may still be aborting a
+    // path (waiting for its running batch) when destroy_process_group's shutdown()
+    // comes; the second must not free the transport under the first. It hurries
+    // the first (an abort fails what a shutdown would let finish) and waits for it.
+    // No lock is held while the teardown runs (common/locks.h): a callback that
+    // stops the group from a thread the teardown joins returns at once (above).
     {
-      std::lock_guard<std::mutex> lock(pathMutex_);
-      cuda = std::move(cuda_);
-      stream = std::move(streamPath_);
-      p2pCuda = std::move(p2pCuda_);
-      p2pStream = std::move(p2pStream_);
-    }
-    for (auto* path : {&cuda, &stream, &p2pCuda, &p2pStream}) {
-      if (*path && how == Stop::kAbort) (*path)->abort("the process group was aborted (abort())");
-    }
-    // No CPU launch runs past this point (cpuMutex_); later ones see stop_.
-    std::unique_lock<std::shared_mutex> cpu(cpuMutex_);
-    worker_.reset();
-    // The paths end before the host transport the emulated ones ride on. A launch
-    // still running in another thread holds its own reference to its path: on
-    // shutdown such a path is aborted here (abort() did it above), so that its
-    // device stops using the host transport (transfers aborted and drained; later
-    // batches throw before they touch it) before that goes.
-    const std::weak_ptr<StreamPath> onHost[] = {stream, p2pStream};
-    cuda.reset();
-    stream.reset();
-    p2pCuda.reset();
-    p2pStream.reset();
-    for (const auto& held : onHost) {
-      auto path = held.lock();
-      if (path && how == Stop::kShutdown) {
-        path->abort("the process group was shut down (destroy_process_group) while a "
-                    "call was launching");
+      std::unique_lock<Mutex> lock(stopMutex_);
+      if (tearingDown_) {
+        lock.unlock();
+        requestStop(how);
+        lock.lock();
+        stopCv_.wait(lock, [this] { return tornDown_; });
+        return;
       }
+      tearingDown_ = true;
     }
-    p2pStreamHost_.reset();
-    // Nothing runs on them any more: unmap the shared memory, close the lanes. The
-    // transport goes first: a send still pending in gloo (the peer has not posted
-    // its receive yet) reads the executor's header memory until its lane drops it,
-    // and a peer that received freed bytes would report a garbled header.
-    transport_.reset();
+    teardown(how);
     {
-      std::lock_guard<std::mutex> lock(keptMutex_);
-      kept_.clear();  // no transport operation refers to it any more
+      std::lock_guard<Mutex> lock(stopMutex_);
+      tornDown_ = true;
     }
-    executor_.reset();
-    // The gloo group under the transports goes too, here and not as a member after
-    // the destructor's body: ~ProcessGroupGloo joins its threads, which must not
-    // happen with the GIL held (a thread that needs it would never finish).
-    p2p_.reset();
-    // Every execution is gone: write the rest of the trace and close the file.
-    traceWriter_.reset();
+    stopCv_.notify_all();
   };
   if (Py_IsInitialized() && PyGILState_Check()) {
     Py_BEGIN_ALLOW_THREADS
-    join();
+    run();
     Py_END_ALLOW_THREADS
   } else {
-    join();
+    run();
   }
+}
+
+void RingcollBackend::requestStop(Stop how) {
+  if (pointToPoint_) {
+    pointToPoint_->requestStop(how == Stop::kAbort ? P2PEngine::Stop::kAbort
+                                                   : P2PEngine::Stop::kShutdown);
+  }
+  if (how != Stop::kAbort) return;
+  std::vector<std::shared_ptr<StreamPath>> paths;
+  {
+    std::lock_guard<Mutex> lock(pathMutex_);
+    paths = {cuda_, streamPath_, p2pCuda_, p2pStream_};
+  }
+  // Each fails its work and completes the futures on this thread, which holds no lock.
+  for (auto& path : paths) {
+    if (path) path->abort("the process group was aborted (abort())");
+  }
+}
+
+void RingcollBackend::teardown(Stop how) {
+  {
+    // A path being made gives up (its waits see stop_) or ends; it is not published
+    // after this (lazyPath), so what it uses may go below.
+    std::lock_guard<Mutex> made(createMutex_);
+  }
+  if (pointToPoint_) {
+    pointToPoint_->stop(how == Stop::kAbort ? P2PEngine::Stop::kAbort
+                                            : P2PEngine::Stop::kShutdown);
+  }
+  std::shared_ptr<StreamPath> cuda, stream, p2pCuda, p2pStream;
+  {
+    std::lock_guard<Mutex> lock(pathMutex_);
+    cuda = std::move(cuda_);
+    stream = std::move(streamPath_);
+    p2pCuda = std::move(p2pCuda_);
+    p2pStream = std::move(p2pStream_);
+  }
+  for (auto* path : {&cuda, &stream, &p2pCuda, &p2pStream}) {
+    if (*path && how == Stop::kAbort) (*path)->abort("the process group was aborted (abort())");
+  }
+  // No CPU launch runs past this point (cpuMutex_, taken once to wait for the ones
+  // inside); later ones see stop_ and fail before they touch the worker, the
+  // executor or the transport. The worker is joined with no lock held: its tasks'
+  // callbacks may launch (and fail at once) or take the GIL.
+  std::unique_ptr<Worker> worker;
+  {
+    std::unique_lock<SharedMutex> cpu(cpuMutex_);
+    worker = std::move(worker_);
+  }
+  worker.reset();
+  // After the worker, which posts to it; before what the callbacks' endCpu uses.
+  callbacks_.reset();
+  // The paths end before the host transport the emulated ones ride on. A launch
+  // still running in another thread holds its own reference to its path: on
+  // shutdown such a path is aborted here (abort() did it above), so that its
+  // device stops using the host transport (transfers aborted and drained; later
+  // batches throw before they touch it) before that goes.
+  const std::weak_ptr<StreamPath> onHost[] = {stream, p2pStream};
+  cuda.reset();
+  stream.reset();
+  p2pCuda.reset();
+  p2pStream.reset();
+  for (const auto& held : onHost) {
+    auto path = held.lock();
+    if (path && how == Stop::kShutdown) {
+      path->abort("the process group was shut down (destroy_process_group) while a "
+                  "call was launching");
+    }
+  }
+  // Nothing runs on them any more: unmap the shared memory, close the lanes. The
+  // transport goes first: a send still pending in gloo (the peer has not posted
+  // its receive yet) reads the executor's header memory until its lane drops it,
+  // and a peer that received freed bytes would report a garbled header. Each is
+  // taken out under the lock (links() reads the transport) and freed after it.
+  std::unique_ptr<RoutedTransport> transport, p2pStreamHost;
+  std::shared_ptr<algo::Executor> executor;
+  std::vector<std::shared_ptr<void>> kept;
+  {
+    std::unique_lock<SharedMutex> cpu(cpuMutex_);
+    p2pStreamHost = std::move(p2pStreamHost_);
+    transport = std::move(transport_);
+    executor = std::move(executor_);
+  }
+  p2pStreamHost.reset();
+  transport.reset();
+  {
+    std::lock_guard<Mutex> lock(keptMutex_);
+    kept.swap(kept_);  // no transport operation refers to it any more
+  }
+  kept.clear();
+  executor.reset();
+  // The gloo group under the transports goes too, here and not as a member after
+  // the destructor's body: ~ProcessGroupGloo joins its threads, which must not
+  // happen with the GIL held (a thread that needs it would never finish).
+  p2p_.reset();
+  // Every execution is gone: write the rest of the trace and close the file.
+  if (traceWriter_) traceWriter_->close();
 }
 
 void RingcollBackend::throwIfStopped(const CallLabel& label) const {
@@ -294,12 +364,12 @@ void RingcollBackend::throwIfStopped(const CallLabel& label) const {
 
 std::string RingcollBackend::brokenReason() {
   if (!broken_.load(std::memory_order_acquire)) return std::string();
-  std::lock_guard<std::mutex> lock(brokenMutex_);
+  std::lock_guard<Mutex> lock(brokenMutex_);
   return brokenWhy_;
 }
 
 void RingcollBackend::markBroken(const std::string& why) {
-  std::lock_guard<std::mutex> lock(brokenMutex_);
+  std::lock_guard<Mutex> lock(brokenMutex_);
   if (brokenWhy_.empty()) brokenWhy_ = why;
   broken_.store(true, std::memory_order_release);
 }
@@ -313,7 +383,7 @@ void RingcollBackend::keepAfterFailure(CpuTask& t) {
   };
   auto kept = std::make_shared<Kept>(
       Kept{std::move(t.body), std::move(t.staged), std::move(t.exec)});
-  std::lock_guard<std::mutex> lock(keptMutex_);
+  std::lock_guard<Mutex> lock(keptMutex_);
   kept_.push_back(std::move(kept));
 }
 
@@ -338,7 +408,7 @@ void RingcollBackend::checkInterrupts(CpuTask& t) {
 std::string RingcollBackend::peerReport() { return readFailureReport(store_, kFailureKey); }
 
 std::vector<std::string> RingcollBackend::links() const {
-  std::shared_lock<std::shared_mutex> lock(cpuMutex_);
+  std::shared_lock<SharedMutex> lock(cpuMutex_);
   std::vector<std::string> out;
   if (!transport_) return out;  // aborted or shut down
   for (int r = 0; r < getSize(); ++r) out.push_back(r == getRank() ? "" : transport_->linkName(r));
@@ -349,7 +419,7 @@ std::map<std::string, uint64_t> RingcollBackend::streamStats(bool cuda, bool res
                                                              int timing) {
   std::shared_ptr<StreamPath> path;
   {
-    std::lock_guard<std::mutex> lock(pathMutex_);
+    std::lock_guard<Mutex> lock(pathMutex_);
     path = cuda ? cuda_ : streamPath_;
   }
   std::map<std::string, uint64_t> out;
@@ -489,31 +559,115 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
   return work;
 }
 
+std::shared_ptr<StreamPath> RingcollBackend::lazyPath(std::shared_ptr<StreamPath>& slot,
+                                                     const CallLabel& label,
+                                                     const MakePath& make) {
+  {
+    std::lock_guard<Mutex> lock(pathMutex_);
+    throwIfStopped(label);  // stop() took the paths
+    if (slot) return slot;
+  }
+  // One creation at a time; stop() waits here for one in progress to give up (its
+  // waits poll stop_) before it frees what the creation uses.
+  std::lock_guard<Mutex> creating(createMutex_);
+  {
+    std::lock_guard<Mutex> lock(pathMutex_);
+    throwIfStopped(label);
+    if (slot) return slot;  // made meanwhile by another thread
+  }
+  const Stopping stopping = [this]() -> const char* {
+    switch (static_cast<Stop>(stop_.load())) {
+      case Stop::kAbort:
+        return "the process group was aborted (abort())";
+      case Stop::kShutdown:
+        return "the process group was shut down (destroy_process_group)";
+      default:
+        return nullptr;
+    }
+  };
+  std::shared_ptr<StreamPath> path;
+  try {
+    path = make(stopping);
+  } catch (const PeerError& e) {
+    C10_THROW_ERROR(DistBackendError, c10::str(label, ": ", e.what()));
+  }
+  {
+    std::lock_guard<Mutex> lock(pathMutex_);
+    if (stop_.load() == 0) {
+      slot = path;
+      return path;
+    }
+  }
+  // Stopped while it was made: never published, it ends here (no work ran on it).
+  path.reset();
+  throwIfStopped(label);
+  RC_ASSERT(false, "unreachable");
+}
+
 std::shared_ptr<StreamPath> RingcollBackend::streamPathFor(const at::Tensor& first,
                                                           const char* op,
                                                           const CallLabel& label) {
-  std::lock_guard<std::mutex> lock(pathMutex_);
-  throwIfStopped(label);  // stop() took the paths
-  if (!first.is_cuda()) return streamPath_;
+  if (!first.is_cuda()) {
+    // The emulation's communicator: made like NCCL's (comm_init.h), on the host
+    // transport, so CI runs the creation's waits, timeout and interruption.
+    return lazyPath(streamPath_, label, [this](const Stopping& stopping) {
+      emulateCommInit("ringcoll/stream-comm/collectives", *store_, stopping);
+      auto device = std::make_shared<CpuStreamDevice>(
+          *transport_, knobs_.chunkBytes, knobs_.streamDelayUs, knobs_.streamFailAfter,
+          knobs_.stopLatchBytes, knobs_.maxBatchesInFlight);
+      device->executor().setTracer(tracer_.get());
+      return std::make_shared<StreamPath>(std::move(device), store_, getRank(), getSize(),
+                                          knobs_, ringNeighbours_, knobs_.fingerprint);
+    });
+  }
 #ifdef RINGCOLL_WITH_CUDA
   const c10::DeviceIndex index = first.device().index();
-  if (!cuda_) {
+  checkCudaIndex(op, index);
+  return lazyPath(cuda_, label, [this, index](const Stopping& stopping) {
     auto device = std::make_shared<CudaDevice>(store_, getRank(), getSize(), timeout_,
                                                knobs_.gpuChunkBytes, index, tracer_.get(),
                                                knobs_.ncclBlocking, /*connectAll=*/true,
-                                               knobs_.stopLatchBytes, knobs_.maxBatchesInFlight);
-    cuda_ = std::make_shared<StreamPath>(std::move(device), store_, getRank(), getSize(), knobs_,
-                                         ringNeighbours_,
-                                         knobs_.fingerprint && knobs_.gpuFingerprint);
-    cudaIndex_ = index;
-  }
+                                               knobs_.stopLatchBytes, knobs_.maxBatchesInFlight,
+                                               stopping);
+    return std::make_shared<StreamPath>(std::move(device), store_, getRank(), getSize(), knobs_,
+                                        ringNeighbours_,
+                                        knobs_.fingerprint && knobs_.gpuFingerprint);
+  });
+#else
+  (void)label;
+  TORCH_CHECK(false, "ringcoll::", op, ": this ringcoll build has no CUDA support");
+#endif
+}
+
+void RingcollBackend::checkCudaIndex(const char* op, c10::DeviceIndex index) {
+  std::lock_guard<Mutex> lock(pathMutex_);
+  if (cudaIndex_ < 0) cudaIndex_ = index;
   TORCH_CHECK(index == cudaIndex_, "ringcoll::", op, ": tensor is on cuda:",
               static_cast<int>(index), " but this process group is bound to cuda:",
               static_cast<int>(cudaIndex_));
-  return cuda_;
-#else
-  TORCH_CHECK(false, "ringcoll::", op, ": this ringcoll build has no CUDA support");
-#endif
+}
+
+void RingcollBackend::emulateCommInit(const std::string& key, c10d::Store& store,
+                                      const Stopping& stopping) {
+  const std::string what = "creating the stream emulation's communicator";
+  const std::vector<uint8_t> id = shareCommId(
+      store, key + "/id", getRank(),
+      [] {
+        const auto t = std::chrono::steady_clock::now().time_since_epoch().count();
+        const std::string s = std::to_string(t) + "-" + std::to_string(::getpid());
+        return std::vector<uint8_t>(s.begin(), s.end());
+      },
+      timeout_, stopping, what + " (rank 0's id)");
+  joinEveryRank(store, key + "/joined/" + std::string(id.begin(), id.end()), getRank(),
+                getSize(), timeout_, stopping, what);
+  // Every rank read the id (it joined after): a group made again under the same
+  // prefix must not read it (cuda_device.h does the same with NCCL's).
+  if (getRank() == 0) {
+    try {
+      store.deleteKey(key + "/id");
+    } catch (const std::exception&) {
+    }
+  }
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, const char* op,
@@ -523,47 +677,77 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, con
                                                           size_t bytes,
                                                           std::chrono::milliseconds timeout,
                                                           Body body, int64_t fr, bool async) {
-  // stop() frees the worker and the executor only once no launch holds this.
-  std::shared_lock<std::shared_mutex> lock(cpuMutex_);
-  throwIfStopped(label);
-  // The Work may outlive abort(), which drops the backend's executor: it keeps
-  // its own reference, and only reads the executor's waitingFor().
-  std::shared_ptr<algo::Executor> executor = executor_;
-  auto task = std::make_shared<CpuTask>();
-  task->work = c10::make_intrusive<RingcollWork>(
-      getRank(), type, label, seq, timeout, std::move(outputs), [executor]() -> std::string {
-        const int peer = executor->waitingFor();
-        return peer >= 0 ? c10::str("it was waiting for rank ", peer)
-                         : std::string("it was queued behind an earlier collective");
-      });
-  task->body = std::move(body);
-  task->label = label;
-  task->fr = fr;
-  task->fp = fp;
-  task->timeout = timeout;
-  task->tag = traceTag(op, seq);
-  // A broken group fails every call at once, here: nothing queued could run, and
-  // the worker may still be writing a hang's diagnostics (runFailureHooks).
-  if (broken_.load(std::memory_order_acquire)) {
-    runCpu(*task, std::chrono::nanoseconds(0));
-    return task->work;
-  }
-  // Small and nothing ahead of it: run here, no hand-off to the worker and back. A
-  // blocking call gains nothing from the worker up to RINGCOLL_INLINE_BYTES; an
-  // async_op=True one runs here only up to kAsyncInlineBytes, so that a larger one
-  // returns at once and overlaps the caller's work (DDP's buckets, prefetches).
-  const size_t inlineLimit =
-      async ? std::min(knobs_.inlineBytes, kAsyncInlineBytes) : knobs_.inlineBytes;
-  if (bytes <= inlineLimit && worker_->tryClaim()) {
-    if (runCpu(*task, kInlineBudget)) {
-      worker_->release();
+  // Declared before the lock, so that it goes after the lock is released: it holds
+  // the user's tensors (common/locks.h).
+  std::shared_ptr<CpuTask> task;
+  bool endHere = false;  // it ended on this thread: endCpu once unlocked
+  {
+    // stop() frees the worker and the executor only once no launch holds this.
+    std::shared_lock<SharedMutex> lock(cpuMutex_);
+    throwIfStopped(label);
+    // The Work may outlive abort(), which drops the backend's executor: it keeps
+    // its own reference, and only reads the executor's waitingFor().
+    std::shared_ptr<algo::Executor> executor = executor_;
+    task = std::make_shared<CpuTask>();
+    task->work = c10::make_intrusive<RingcollWork>(
+        getRank(), type, label, seq, timeout, std::move(outputs), [executor]() -> std::string {
+          const int peer = executor->waitingFor();
+          return peer >= 0 ? c10::str("it was waiting for rank ", peer)
+                           : std::string("it was queued behind an earlier collective");
+        });
+    task->body = std::move(body);
+    task->label = label;
+    task->fr = fr;
+    task->fp = fp;
+    task->timeout = timeout;
+    task->tag = traceTag(op, seq);
+    // Small and nothing ahead of it: run here, no hand-off to the worker and back. A
+    // blocking call gains nothing from the worker up to RINGCOLL_INLINE_BYTES; an
+    // async_op=True one runs here only up to kAsyncInlineBytes, so that a larger one
+    // returns at once and overlaps the caller's work (DDP's buckets, prefetches).
+    const size_t inlineLimit =
+        async ? std::min(knobs_.inlineBytes, kAsyncInlineBytes) : knobs_.inlineBytes;
+    if (broken_.load(std::memory_order_acquire)) {
+      // A broken group fails every call at once, here: nothing queued could run, and
+      // the worker may still be writing a hang's diagnostics (runFailureHooks).
+      endHere = runCpu(*task, std::chrono::nanoseconds(0));
+    } else if (bytes <= inlineLimit && worker_->tryClaim()) {
+      if (runCpu(*task, kInlineBudget)) {
+        worker_->release();
+        endHere = true;
+      } else {
+        worker_->handOff([this, task] { runOnWorker(task); });
+      }
     } else {
-      worker_->handOff([this, task] { runCpu(*task, kForever); });
+      worker_->enqueue([this, task] { runOnWorker(task); });
     }
-    return task->work;
   }
-  worker_->enqueue([this, task] { runCpu(*task, kForever); });
+  // Its future's callbacks, the hooks and the release of its memory, unlocked.
+  if (endHere) endCpu(*task);
   return task->work;
+}
+
+void RingcollBackend::runOnWorker(const std::shared_ptr<CpuTask>& task) {
+  runCpu(*task, kForever);
+  // The Work's future's callbacks may wait for the next collective of this group,
+  // which this thread must be free to run: they go to the callback threads.
+  endCpu(*task, callbacks_.get());
+}
+
+void RingcollBackend::endCpu(CpuTask& t, CallbackRunner* callbacks) {
+  checkNoLockHeld("ending a CPU collective (future callbacks, hooks)");
+  t.staged.reset();  // its finish closure holds the user's tensors
+  if (!t.error) {
+    runCompletionHooks(completionKey(*t.work));
+    t.work->finish(callbacks);
+    afterCollective();
+    return;
+  }
+  t.work->finishWithError(t.error, callbacks);
+  // After the error is out and the group marked broken: the dump may take a
+  // second, and later calls fail at once meanwhile (launchCpu) rather than queue
+  // behind it.
+  if (t.timedOut) runFailureHooks();
 }
 
 bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
@@ -592,7 +776,7 @@ bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
         try {
           C10_THROW_ERROR(DistBackendError, msg);
         } catch (...) {
-          t.work->finishWithError(std::current_exception());
+          t.error = std::current_exception();
         }
         return true;
       }
@@ -636,11 +820,7 @@ bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
                    t.exec->name().c_str(), ms);
     }
     t.exec.reset();
-    t.staged.reset();
     FlightRecorder::get().completed(t.fr);
-    runCompletionHooks(completionKey(*t.work));
-    t.work->finish();
-    afterCollective();
   } catch (const PeerError& e) {
     // A timeout is a hang: the flight recorder's dump (once per process) and c10d's
     // abort hooks (torch's recorder dumps from one, 2.15+) say what every rank was
@@ -674,16 +854,13 @@ bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
     try {
       C10_THROW_ERROR(DistBackendError, msg);
     } catch (...) {
-      t.work->finishWithError(std::current_exception());
+      t.error = std::current_exception();
     }
-    // After the error is out and the group marked broken: the dump may take a
-    // second, and later calls fail at once meanwhile (launchCpu) rather than queue
-    // behind it.
-    if (e.timedOut()) runFailureHooks();
+    t.timedOut = e.timedOut();
   } catch (...) {
     FlightRecorder::get().failed(t.fr, -1);
     keepAfterFailure(t);
-    t.work->finishWithError(std::current_exception());
+    t.error = std::current_exception();
   }
   return true;
 }
@@ -692,7 +869,7 @@ void RingcollBackend::runFailureHooks() {
   FlightRecorder::get().write(globalRank_, /*once=*/true);
   for (const auto& h : abortHooks_.snapshot()) {
     try {
-      h();
+      (*h)();
     } catch (const std::exception& e) {
       std::fprintf(stderr, "[ringcoll rank %d] an abort hook failed: %s\n", getRank(), e.what());
     }
@@ -712,7 +889,7 @@ void RingcollBackend::runCompletionHooks(uint64_t key) {
   if (completionHooks_.empty()) return;
   c10d::CompletionHookArgs args;
   args.completionKey = key;
-  for (const auto& h : completionHooks_.snapshot()) h(args);
+  for (const auto& h : completionHooks_.snapshot()) (*h)(args);
 #else
   (void)key;
 #endif

@@ -55,10 +55,13 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/version.h>
 
+#include "backend/comm_init.h"
 #include "backend/stream_path.h"
 #include "backend/trace_writer.h"
 #include "backend/work.h"
+#include "common/callbacks.h"
 #include "common/knobs.h"
+#include "common/locks.h"
 #include "engine/call.h"
 #include "engine/collectives.h"
 #include "engine/executor.h"
@@ -244,9 +247,17 @@ class RingcollBackend final : public c10d::Backend {
                                            size_t bytes, std::chrono::milliseconds timeout,
                                            Body body, int64_t fr, bool async);
   // Starts or resumes a CPU task; false if `budget` ran out first (it can be
-  // resumed). kForever: until it ends.
+  // resumed). kForever: until it ends. True: it ended (its outcome is in the task),
+  // and the caller calls endCpu once it holds no lock.
   static constexpr std::chrono::nanoseconds kForever = std::chrono::nanoseconds::max();
   bool runCpu(CpuTask& task, std::chrono::nanoseconds budget);
+  // With no lock held (common/locks.h): completes the ended task's Work (its
+  // future's callbacks run here, or on `callbacks`: RingcollWork::finish), runs
+  // c10d's hooks and lets its memory go.
+  void endCpu(CpuTask& task, CallbackRunner* callbacks = nullptr);
+  // The worker's task: runCpu to the end, then endCpu, the future's callbacks on
+  // callbacks_ (they may wait for the worker's next task).
+  void runOnWorker(const std::shared_ptr<CpuTask>& task);
   std::chrono::milliseconds opTimeout(std::chrono::milliseconds requested) const;
   // Between slices of a CPU collective: throws if it must end now (a peer's report
   // in the store, abort(), shutdown() with no progress for kShutdownGrace).
@@ -266,7 +277,16 @@ class RingcollBackend final : public c10d::Backend {
   // transport drops those operations, whatever the caller does with the tensors.
   void keepAfterFailure(CpuTask& task);
   enum class Stop : int { kRunning = 0, kShutdown = 1, kAbort = 2 };
+  // abort() and shutdown(): one thread tears down (teardown()); a concurrent call
+  // hurries it (requestStop) and waits for it. On one of ringcoll's own threads (a
+  // future's callback that aborts the group runs on the worker or a watchdog),
+  // which the teardown joins, it only requests: the failures come at once, the
+  // joins and frees with the next stop() on another thread or the destructor.
   void stop(Stop how);
+  // The parts of a stop that wait for nothing: fails the stream paths' work at once
+  // (kAbort) and tells point-to-point to stop.
+  void requestStop(Stop how);
+  void teardown(Stop how);
   // Whether a CPU collective over a buffer of `bytes` (reducing by `red`, or
   // null) runs as a small collective (engine/small.h), and if so logs it under
   // RINGCOLL_DEBUG: the same answer on every rank for the same call.
@@ -373,32 +393,39 @@ class RingcollBackend final : public c10d::Backend {
   void runFailureHooks();
   void runCompletionHooks(uint64_t key);
   static uint64_t completionKey(const c10d::Work& work);  // c10d's, where it has one
-  // c10d hooks of one kind by id; run from a copy, so a hook may (un)register.
+  // c10d hooks of one kind by id; run from a snapshot, so a hook may (un)register.
+  // Held by shared_ptr: a hook may wrap a Python callable, whose copy or release
+  // takes the GIL, so neither happens under the table's lock (common/locks.h).
   template <typename Hook>
   class HookTable {
    public:
     void add(int64_t id, Hook hook) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      hooks_[id] = std::move(hook);
+      auto h = std::make_shared<const Hook>(std::move(hook));
+      std::lock_guard<Mutex> lock(mutex_);
+      hooks_[id].swap(h);  // a replaced hook goes with `h`, unlocked
       count_.store(hooks_.size(), std::memory_order_release);
     }
     void remove(int64_t id) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      hooks_.erase(id);
+      std::shared_ptr<const Hook> gone;
+      std::lock_guard<Mutex> lock(mutex_);
+      auto it = hooks_.find(id);
+      if (it == hooks_.end()) return;
+      gone.swap(it->second);  // released after the lock (declared before it)
+      hooks_.erase(it);
       count_.store(hooks_.size(), std::memory_order_release);
     }
     // Without the lock: what every collective asks (most groups have no hooks).
     bool empty() const { return count_.load(std::memory_order_acquire) == 0; }
-    std::vector<Hook> snapshot() const {
-      std::lock_guard<std::mutex> lock(mutex_);
-      std::vector<Hook> out;
+    std::vector<std::shared_ptr<const Hook>> snapshot() const {
+      std::lock_guard<Mutex> lock(mutex_);
+      std::vector<std::shared_ptr<const Hook>> out;
       for (const auto& [id, h] : hooks_) out.push_back(h);
       return out;
     }
 
    private:
-    mutable std::mutex mutex_;
-    std::map<int64_t, Hook> hooks_;
+    mutable Mutex mutex_{"RingcollBackend::HookTable"};
+    std::map<int64_t, std::shared_ptr<const Hook>> hooks_;
     std::atomic<size_t> count_{0};  // hooks_.size()
   };
   HookTable<std::function<void()>> abortHooks_;
@@ -416,7 +443,9 @@ class RingcollBackend final : public c10d::Backend {
   std::unique_ptr<P2PEngine> pointToPoint_;
   std::atomic<uint64_t> p2pSeq_{0};        // numbers send/recv/coalesced Works
   std::atomic<uint64_t> monitoredSeq_{0};  // numbers monitoredBarrier calls
-  std::mutex coalesceMutex_;
+  // The backend's locks, named for RINGCOLL_CHECKS (common/locks.h: none is
+  // held while a tensor may be freed, Python runs or a future's callbacks run).
+  Mutex coalesceMutex_{"RingcollBackend::coalesceMutex_"};
   bool coalescing_ = false;
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
   // Stream point-to-point messages of the open coalescing block, sent as one job at
@@ -427,11 +456,15 @@ class RingcollBackend final : public c10d::Backend {
   std::shared_ptr<algo::Executor> executor_;
   at::Tensor workspace_;  // bytes, CPU; see workspace()
   std::atomic<uint64_t> seq_{0};
-  std::mutex brokenMutex_;
+  Mutex brokenMutex_{"RingcollBackend::brokenMutex_"};
   std::string brokenWhy_;  // the first peer failure, once there was one (brokenMutex_)
   std::atomic<bool> broken_{false};  // brokenWhy_ is set: every later call fails at once
-  std::mutex stopMutex_;  // held by stop() while it tears down: one at a time
-  std::mutex keptMutex_;
+  // stop(): the first caller tears down, the others wait for it (stopped_).
+  Mutex stopMutex_{"RingcollBackend::stopMutex_"};
+  std::condition_variable_any stopCv_;
+  bool tearingDown_ = false;  // under stopMutex_
+  bool tornDown_ = false;     // under stopMutex_
+  Mutex keptMutex_{"RingcollBackend::keptMutex_"};
   std::vector<std::shared_ptr<void>> kept_;  // keepAfterFailure's, freed by stop()
 
   std::atomic<int> stop_{0};  // a Stop
@@ -439,7 +472,8 @@ class RingcollBackend final : public c10d::Backend {
   // collective, bound to its device), and CPU tensors' under RINGCOLL_TRANSPORT=
   // stream (the emulation; created with the backend). A launch holds its own
   // reference, so stop() from another thread never frees a path under it.
-  std::mutex pathMutex_;
+  Mutex pathMutex_{"RingcollBackend::pathMutex_"};
+  Mutex createMutex_{"RingcollBackend::createMutex_"};  // lazyPath: one creation at a time
   std::shared_ptr<StreamPath> cuda_;
   c10::DeviceIndex cudaIndex_ = -1;
   std::shared_ptr<StreamPath> streamPath_;
@@ -456,11 +490,27 @@ class RingcollBackend final : public c10d::Backend {
   // The stream path for `first`'s device, created if needed; throws if stopped.
   std::shared_ptr<StreamPath> streamPathFor(const at::Tensor& first, const char* op,
                                             const CallLabel& label);
+  // `slot` (one of the paths above), made by `make` if it is not yet: at the first
+  // call on it, as ProcessGroupNCCL makes its communicator. The creation waits for
+  // every rank (comm_init.h) and gives up when the group stops (`stopping`), with no
+  // lock held but createMutex_, which stop() takes to wait for it; a path made while
+  // the group stopped is never published. Throws DistBackendError naming `label`.
+  using MakePath = std::function<std::shared_ptr<StreamPath>(const Stopping&)>;
+  std::shared_ptr<StreamPath> lazyPath(std::shared_ptr<StreamPath>& slot,
+                                       const CallLabel& label, const MakePath& make);
+  // The emulated paths' stand-in for ncclCommInitRank: an id from rank 0, then every
+  // rank joins, through `store` under `key` (comm_init.h).
+  void emulateCommInit(const std::string& key, c10d::Store& store, const Stopping& stopping);
+  // The CUDA device this group is bound to: the first CUDA call's; another is an error.
+  void checkCudaIndex(const char* op, c10::DeviceIndex index);
   // Held shared by every CPU launch (launchCpu, links()) from its stop_ check to
   // its return, and exclusively by stop() while it frees worker_, executor_ and
   // transport_: an abort() from another thread never frees them under a running
   // launch. A launch holds it for at most kInlineBudget and a hand-off.
-  mutable std::shared_mutex cpuMutex_;
+  mutable SharedMutex cpuMutex_{"RingcollBackend::cpuMutex_"};
+  // Where the futures of collectives that ended on the worker (and of point-to-point
+  // requests) complete: common/callbacks.h. Joined by stop() after the worker.
+  std::shared_ptr<CallbackRunner> callbacks_;
   // Declared last: destroyed first, so queued collectives finish while the
   // members they use still exist.
   std::unique_ptr<Worker> worker_;

@@ -78,6 +78,7 @@ void CpuStreamDevice::abortTransfers() {
   transport_->abort();
   transport_->transferStream().sync();
   compute_.sync();
+  drained_.store(true, std::memory_order_release);
 }
 
 void CpuStreamDevice::finalize(std::chrono::milliseconds limit) {

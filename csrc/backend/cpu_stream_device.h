@@ -15,6 +15,7 @@
 // and the device runs the queued kernels, which skip, later).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 
@@ -51,6 +52,7 @@ class CpuStreamDevice final : public StreamDevice {
   std::string transferError() override;
   StreamOrderedReducer& reducer() override { return *reducer_; }
   void abortTransfers() override;
+  bool mayFreeUnfinished() override { return drained_.load(std::memory_order_acquire); }
   void finalize(std::chrono::milliseconds limit) override;
 
  private:
@@ -59,6 +61,7 @@ class CpuStreamDevice final : public StreamDevice {
   std::unique_ptr<StreamReducer> reducer_;
   std::unique_ptr<CpuStreamTransport> transport_;
   std::unique_ptr<algo::Executor> executor_;
+  std::atomic<bool> drained_{false};  // abortTransfers() returned: nothing runs any more
 };
 
 }  // namespace ringcoll

@@ -14,19 +14,23 @@ namespace ringcoll {
 namespace {
 const char* const kUniqueIdKey = "ringcoll/nccl/unique_id";
 
-// The communicator's unique id, from rank 0 to all through the group's store.
-ncclUniqueId exchangeUniqueId(const c10::intrusive_ptr<c10d::Store>& store, int rank) {
+// The communicator's unique id, from rank 0 to all through the group's store
+// (comm_init.h: the wait polls, ends at `timeout` and when the group stops).
+ncclUniqueId exchangeUniqueId(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                              std::chrono::milliseconds timeout, const Stopping& stopping) {
   ncclUniqueId id;
-  if (rank == 0) {
-    RC_NCCL_CHECK(ncclGetUniqueId(&id), -1);
-    const auto* p = reinterpret_cast<const uint8_t*>(&id);
-    store->set(kUniqueIdKey, std::vector<uint8_t>(p, p + sizeof(id)));
-  } else {
-    const std::vector<uint8_t> bytes = store->get(kUniqueIdKey);
-    TORCH_CHECK(bytes.size() == sizeof(id), "ringcoll: NCCL unique id from the store has ",
-                bytes.size(), " bytes, expected ", sizeof(id));
-    std::memcpy(&id, bytes.data(), sizeof(id));
-  }
+  const std::vector<uint8_t> bytes = shareCommId(
+      *store, kUniqueIdKey, rank,
+      [] {
+        ncclUniqueId made;
+        RC_NCCL_CHECK(ncclGetUniqueId(&made), -1);
+        const auto* p = reinterpret_cast<const uint8_t*>(&made);
+        return std::vector<uint8_t>(p, p + sizeof(made));
+      },
+      timeout, stopping, "creating the NCCL communicator (rank 0's unique id)");
+  TORCH_CHECK(bytes.size() == sizeof(id), "ringcoll: NCCL unique id from the store has ",
+              bytes.size(), " bytes, expected ", sizeof(id));
+  std::memcpy(&id, bytes.data(), sizeof(id));
   return id;
 }
 }  // namespace
@@ -40,13 +44,20 @@ CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
                        std::chrono::milliseconds timeout, size_t chunkBytes,
                        c10::DeviceIndex device, algo::Tracer* tracer,
                        Knobs::NcclBlocking ncclBlocking,
-                       bool connectAll, size_t stopLatchBytes, size_t maxBatches)
+                       bool connectAll, size_t stopLatchBytes, size_t maxBatches,
+                       const Stopping& stopping)
     : device_(device),
       events_(std::make_shared<CudaEventPool>()),
       stream_(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device)) {
   c10::cuda::CUDAGuard guard(device_);
   RC_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-  const ncclUniqueId id = exchangeUniqueId(store, rank);
+  ncclUniqueId id;
+  try {
+    id = exchangeUniqueId(store, rank, timeout, stopping);
+  } catch (const PeerError& e) {
+    C10_THROW_ERROR(DistBackendError, c10::str("ringcoll (cuda:", static_cast<int>(device_),
+                                               "): ", e.what()));
+  }
   // Staging from torch's caching allocator, on the comm stream (where the buffers
   // are read); an out-of-memory is torch's error, naming the sizes.
   cudaStream_t comm = stream_.stream();
@@ -58,7 +69,7 @@ CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
   DeviceAllocator scratch = alloc;  // a schedule's scratch: the same pool, the same stream
   try {
     comm_ = std::make_unique<NcclComm>(id, rank, size, timeout,
-                                       ncclBlocking == Knobs::NcclBlocking::kAlways);
+                                       ncclBlocking == Knobs::NcclBlocking::kAlways, stopping);
     // Every rank's init returned, so every rank read the id.
     if (rank == 0) store->deleteKey(kUniqueIdKey);
     transport_ = std::make_unique<NcclTransport>(*comm_, rank, size, comm, chunkBytes,
@@ -70,6 +81,8 @@ CudaDevice::CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, i
       auto lk = comm_->lock();
       comm_->blockFromNowOn(lk);
     }
+    auto lk = comm_->lock();
+    comm_->creationDone();
   } catch (const PeerError& e) {
     C10_THROW_ERROR(DistBackendError, c10::str("ringcoll (cuda:", static_cast<int>(device_),
                                                "): ", e.what()));

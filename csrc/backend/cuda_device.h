@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "backend/comm_init.h"
 #include "backend/stream_device.h"
 #include "common/cuda_events.h"
 #include "common/knobs.h"
@@ -39,10 +40,12 @@ class CudaDevice final : public StreamDevice {
   // in-flight bound (RINGCOLL_MAX_BATCHES_IN_FLIGHT; it waits for room at most
   // `timeout`). `store`: the unique id goes
   // through it (a prefix of its own for each communicator).
+  // `stopping`: the group's abort or shutdown, which ends the waits for the unique
+  // id and for the other ranks' init at once (backend/comm_init.h).
   CudaDevice(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
              std::chrono::milliseconds timeout, size_t chunkBytes, c10::DeviceIndex device,
              algo::Tracer* tracer, Knobs::NcclBlocking ncclBlocking, bool connectAll,
-             size_t stopLatchBytes, size_t maxBatches);
+             size_t stopLatchBytes, size_t maxBatches, const Stopping& stopping);
   ~CudaDevice() override;
 
   c10::Device device() const override { return c10::Device(c10::kCUDA, device_); }
@@ -66,6 +69,7 @@ class CudaDevice final : public StreamDevice {
   std::string transferError() override;
   StreamOrderedReducer& reducer() override { return *reducer_; }
   void abortTransfers() override;
+  bool mayFreeUnfinished() override { return true; }
   void finalize(std::chrono::milliseconds limit) override;
   void bindThread() override;
 

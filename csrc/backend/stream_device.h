@@ -79,6 +79,12 @@ class StreamDevice {
   // and skips (on CUDA later, on the device; the emulation drains its compute
   // stream before it returns).
   virtual void abortTransfers() = 0;
+  // Whether the memory of work that did not reach its end may be freed now. CUDA:
+  // always (the caching allocator keeps what a stream uses: protect(), and the
+  // job's own memory is allocated on the comm stream). The emulation: once
+  // abortTransfers() drained its streams. The stream path frees a failed Work's
+  // memory only then; RINGCOLL_CHECKS checks it.
+  virtual bool mayFreeUnfinished() = 0;
   // The orderly end after a clean shutdown: what was enqueued reaches the peers,
   // at most `limit` (then abort). Called once, with nothing left to launch.
   virtual void finalize(std::chrono::milliseconds limit) = 0;

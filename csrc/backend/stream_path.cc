@@ -29,14 +29,17 @@ std::exception_ptr backendError(const std::string& msg) {
 
 // The Work of a collective on a stream device. Completion is its end event; the
 // watchdog marks it succeeded (the end was reached and no kernel was stopped) or
-// failed (stream_path.h). It keeps the device alive, so it may outlive the path.
+// failed (stream_path.h), and the path settles it (completes its future, lets its
+// memory go) with no lock held. It keeps the device alive, so it may outlive the
+// path.
 class StreamWork final : public c10d::Work {
  public:
   StreamWork(int rank, c10d::OpType type, CallLabel label, uint64_t seq,
              std::shared_ptr<StreamDevice> device, std::vector<at::Tensor> outputs,
-             std::chrono::milliseconds timeout, bool blocking)
+             std::chrono::milliseconds timeout, bool blocking, std::string peers)
       : c10d::Work(rank, type),
         label_(std::move(label)),
+        peers_(std::move(peers)),
         seq_(seq),
         device_(std::move(device)),
         outputs_(std::move(outputs)),
@@ -49,26 +52,49 @@ class StreamWork final : public c10d::Work {
                                                    std::vector<c10::Device>{device_->device()})
         : c10::make_intrusive<c10::ivalue::Future>(type_);
   }
+  // Its last reference may be dropped by the path (settle) or by Python (a Work the
+  // caller let go): either way with no ringcoll lock held, since the outputs and
+  // what it kept may be the last references to Python-owned tensors.
+  ~StreamWork() override {
+    checkNoLockHeld("destroying a stream Work (its tensors)");
+    // What it kept (the user's inputs, a schedule's scratch) is freed now: the
+    // device must be done with it (the path keeps failed works until it drained).
+    if (checksOn() && (!keep_.empty() || owned_) && end_ && !succeeded_) {
+      bool done = false;
+      try {
+        done = device_->reached(end_);
+      } catch (...) {
+      }
+      if (!done && !device_->mayFreeUnfinished()) {
+        checkFailed(c10::str(label_, ": its Work's memory is freed while the device may "
+                                     "still use it (not finished, transfers not drained)"));
+      }
+    }
+  }
 
   void setEnd(StreamDevice::EventPtr end) { end_ = std::move(end); }
   // Memory the device may read or write until the end: the user's tensors (on a
   // host device nothing else keeps them; CUDA also records them on the stream) and
-  // the job's own (a schedule's scratch). Released once the work succeeded; a
-  // failed work keeps it until it is destroyed, since its device work was only
-  // stopped, not waited for.
+  // the job's own (a schedule's scratch). Let go once the work succeeded (settle);
+  // a failed work keeps it until it is destroyed, which the path allows only once
+  // the device's work on it was stopped (failAll).
   void keepUntilEnd(const std::vector<at::Tensor>& tensors, std::shared_ptr<void> owned) {
+    std::lock_guard<Mutex> lock(mutex_);
     keep_.insert(keep_.end(), tensors.begin(), tensors.end());
     if (owned) owned_ = std::move(owned);
   }
   const CallLabel& label() const { return label_; }
+  const std::string& peers() const { return peers_; }
   std::chrono::steady_clock::time_point started() const { return start_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   // The end was reached (a device fault throws).
   bool reached() const { return device_->reached(end_); }
 
+  // What a program polls, with the GIL held, as fast as it can: the lock it takes
+  // is never held by a thread that may wait for the GIL (common/locks.h).
   bool isCompleted() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (exception_ || succeeded_) return true;
+    std::lock_guard<Mutex> lock(mutex_);
+    if (error_ || succeeded_) return true;
     try {
       return device_->reached(end_);
     } catch (...) {
@@ -76,14 +102,18 @@ class StreamWork final : public c10d::Work {
     }
   }
   bool isSuccess() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (exception_) return false;
+    std::lock_guard<Mutex> lock(mutex_);
+    if (error_) return false;
     if (succeeded_) return true;
     try {
       return device_->reached(end_) && device_->intact();
     } catch (...) {
       return false;
     }
+  }
+  std::exception_ptr exception() const override {
+    std::lock_guard<Mutex> lock(mutex_);
+    return error_;
   }
   std::vector<at::Tensor> result() override { return outputs_; }
   uint64_t getSequencenumber() const override { return seq_; }
@@ -101,30 +131,48 @@ class StreamWork final : public c10d::Work {
   }
   void synchronize() override { wait(); }
 
+  // Under the path's lock: the state only. Its future is failed by settle().
   void fail(const std::string& msg) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (exception_ || succeeded_) return;
-    exception_ = backendError(msg);
-    if (!future_->completed()) future_->setError(exception_);
+    std::lock_guard<Mutex> lock(mutex_);
+    if (error_ || succeeded_) return;
+    error_ = backendError(msg);
   }
+  // Under the path's lock: the state only (settle() does the rest).
   void markSucceeded() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (exception_) return;
-    succeeded_ = true;
-    keep_.clear();
-    owned_.reset();
+    std::lock_guard<Mutex> lock(mutex_);
+    if (!error_) succeeded_ = true;
   }
-  // On a host device the future completes once the work succeeded, with the
-  // outputs written; its callbacks (DDP's comm hooks) run on the calling thread,
-  // which must hold no lock of the path (a callback may launch a collective).
-  void completeFuture() {
-    if (!future_->completed()) future_->markCompleted(c10::IValue(outputs_));
+  // With no lock held (the path's settle(), or a launch that raises): a succeeded
+  // work lets its memory go and completes its future with the outputs written (on a
+  // host device; on CUDA it was completed for the device at launch); a failed one
+  // fails its future. The callbacks (DDP's comm hooks, then()s) run on this thread.
+  void settle() {
+    checkNoLockHeld("settling a stream Work (future callbacks, kept tensors)");
+    std::vector<at::Tensor> keep;
+    std::shared_ptr<void> owned;
+    std::exception_ptr error;
+    {
+      std::lock_guard<Mutex> lock(mutex_);
+      error = error_;
+      if (succeeded_) {
+        keep.swap(keep_);
+        owned.swap(owned_);
+      }
+    }
+    keep.clear();  // here, unlocked: these may be the last references
+    owned.reset();
+    if (future_->completed()) return;
+    if (error) {
+      future_->setError(error);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
   }
 
  private:
   void rethrowIfFailed() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (exception_) std::rethrow_exception(exception_);
+    std::lock_guard<Mutex> lock(mutex_);
+    if (error_) std::rethrow_exception(error_);
   }
 
   void hostWait(std::chrono::milliseconds timeout) {
@@ -134,8 +182,8 @@ class StreamWork final : public c10d::Work {
     Clock::time_point stoppedSince{};
     for (;;) {
       {
-        std::lock_guard<std::mutex> lock(mutex_);
-        if (exception_) std::rethrow_exception(exception_);
+        std::lock_guard<Mutex> lock(mutex_);
+        if (error_) std::rethrow_exception(error_);
         if (succeeded_) return;
       }
       const auto now = Clock::now();
@@ -165,15 +213,20 @@ class StreamWork final : public c10d::Work {
   }
 
   const CallLabel label_;
+  const std::string peers_;  // StreamPath::launch's `peers`
   const uint64_t seq_;
   const std::shared_ptr<StreamDevice> device_;
   std::vector<at::Tensor> outputs_;
   const std::chrono::milliseconds timeout_;
   const bool blocking_;
   const std::chrono::steady_clock::time_point start_;
-  bool succeeded_ = false;
   StreamDevice::EventPtr end_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  // Guards the state below (c10d::Work's own mutex_ is not used: it is not a
+  // ringcoll::Mutex, and a Work's lock is what a polling program takes).
+  mutable Mutex mutex_{"StreamWork::mutex_"};
+  std::exception_ptr error_;
+  bool succeeded_ = false;
   std::vector<at::Tensor> keep_;
   std::shared_ptr<void> owned_;
 };
@@ -194,7 +247,7 @@ StreamPath::StreamPath(std::shared_ptr<StreamDevice> device,
 }
 
 StreamPath::~StreamPath() {
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<Mutex> lock(mutex_);
   // shutdown: outstanding work may finish (the watchdog retires it), for a while.
   const auto until = std::chrono::steady_clock::now() + kShutdownGrace;
   while (!pending_.empty() && broken_.empty() && std::chrono::steady_clock::now() < until) {
@@ -210,10 +263,9 @@ StreamPath::~StreamPath() {
   lock.unlock();
   cv_.notify_all();
   watchdog_.join();
-  {
-    std::unique_lock<std::mutex> relock(mutex_);
-    completeRetired(relock);
-  }
+  lock.lock();
+  settle(lock);
+  lock.unlock();
   // Without a failure, in order (a peer still receiving this rank's last sends gets
   // them, instead of "remote process exited"), bounded by kShutdownGrace; after a
   // failure abort: a transfer waiting for a dead peer only ends once aborted.
@@ -225,34 +277,31 @@ StreamPath::~StreamPath() {
 }
 
 void StreamPath::failEach(const std::string& why) {
-  // A path without ring neighbours (point-to-point's) names no ranks: each Work
-  // says in its label whom it was for.
-  const std::string waited =
-      neighbours_.empty()
-          ? std::string(" while it waited for its peers")
-          : c10::str(" while it waited for rank ", neighbours_.front(), " (receive) / rank ",
-                     neighbours_.back(), " (send)");
   try {
     retireFinished();
   } catch (const std::exception&) {
   }
-  for (auto& w : pending_) w->fail(c10::str(w->label(), ": ", why, waited));
+  for (auto& w : pending_) {
+    w->fail(c10::str(w->label(), ": ", why, " while it waited for ", waitedFor(*w)));
+  }
   failAll(why, /*report=*/false, /*teardown=*/false);
 }
 
 void StreamPath::abort(const std::string& why) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<Mutex> lock(mutex_);
   if (broken_.empty()) failEach(why);
   stopping_ = true;
   cv_.notify_all();
+  settle(lock);
 }
 
 c10::intrusive_ptr<c10d::Work> StreamPath::launch(
     c10d::OpType type, const algo::TraceTag& tag, const CallLabel& label, uint64_t seq,
     const algo::Fingerprint& fp, std::chrono::milliseconds timeout,
-    const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, const Body& body) {
+    const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, const Body& body,
+    std::string peers) {
   auto unusable = [this, &label] {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<Mutex> lock(mutex_);
     if (!broken_.empty()) {
       C10_THROW_ERROR(DistBackendError,
                       c10::str(label, ": the group is unusable after an earlier failure: ",
@@ -260,84 +309,100 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
     }
   };
   unusable();
-  std::lock_guard<std::mutex> launching(launchMutex_);
-  unusable();  // an abort() or a failure while this call waited for the launch lock
-  StreamStats& stats = device_->stats();
-  StreamStats::Timer whole(&stats, StreamStats::kLaunch);
-  stats.add(StreamStats::kCollectives);
-  auto work = c10::make_intrusive<StreamWork>(rank_, type, label, seq, device_, outputs, timeout,
-                                              blocking_);
-  // Lives until after a failure stopped the device's work (below): the device may
-  // still be reading the job's buffer.
+  // Declared before the launch lock is taken, so that they are let go after it is
+  // released (common/locks.h): both hold the user's tensors. `staged` lives until
+  // after a failure stopped the device's work: the device may still be reading the
+  // job's buffer.
+  c10::intrusive_ptr<StreamWork> work;
   std::optional<Staged> staged;
-  // Under mutex_, once the watchdog failed the group while this launch enqueued (it
-  // stopped watching then): the watchdog's reason is the cause, named by this call.
-  auto failedMeanwhile = [this, &label](const std::string& then) {
-    std::string why = broken_.rfind(label.str(), 0) == 0
-                          ? broken_
-                          : c10::str(label, ": the group failed meanwhile: ", broken_);
-    if (!then.empty()) why = c10::str(why, " (then: ", then, ")");
-    return why;
-  };
+  std::string failed;  // the launch failed: raised once no lock is held
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    launching_ = work;
-  }
-  try {
-    device_->enqueue([&] {
-      staged = body(device_->executor());
-      // Small collectives are the host transports' (backend: small() says no here).
-      RC_ASSERT(!staged->small, "a small collective on the stream path");
-      staged->job.tag = tag;
-      if (fingerprint_) {
-        staged->job.checked = true;
-        staged->job.fingerprint = fp;
-        staged->job.fingerprint.setAlgorithm(staged->job.schedule.name,
-                                             staged->job.schedule.digest);
-        // Besides the job's own (a point-to-point job names its peers).
-        staged->job.neighbours.insert(staged->job.neighbours.end(), neighbours_.begin(),
-                                      neighbours_.end());
-      }
-      work->keepUntilEnd(inputs, staged->job.owned);
-      device_->executor().run(std::move(staged->job), timeout);
-      if (staged->finish) device_->enqueueFinish(std::move(staged->finish));
-      StreamStats::Timer end(&stats, StreamStats::kEnd);
-      device_->protect(inputs);
-      device_->protect(outputs);
-      work->setEnd(device_->recordEnd());
-      // Completed for the device: the future records an event on the current
-      // (compute) stream, and whoever waits on it waits on that stream.
-      if (device_->futureOnDevice()) work->getFuture()->markCompleted(c10::IValue(outputs));
-    });
-  } catch (const std::exception& e) {
-    // Some of this collective's transfers may be posted: the peers are out of step
-    // with this rank, so the group is broken, here and (through the store) there.
-    const auto* peer = dynamic_cast<const PeerError*>(&e);
-    std::string why =
-        c10::str(label, ": ", e.what(),
-                 peer && peer->peer() >= 0 ? c10::str(" (rank ", peer->peer(), ")")
-                                           : std::string());
+    std::lock_guard<Mutex> launching(launchMutex_);
+    unusable();  // an abort() or a failure while this call waited for the launch lock
+    StreamStats& stats = device_->stats();
+    StreamStats::Timer whole(&stats, StreamStats::kLaunch);
+    stats.add(StreamStats::kCollectives);
+    work = c10::make_intrusive<StreamWork>(rank_, type, label, seq, device_, outputs, timeout,
+                                           blocking_, std::move(peers));
+    // Under mutex_, once the watchdog failed the group while this launch enqueued (it
+    // stopped watching then): the watchdog's reason is the cause, named by this call.
+    auto failedMeanwhile = [this, &label](const std::string& then) {
+      std::string why = broken_.rfind(label.str(), 0) == 0
+                            ? broken_
+                            : c10::str(label, ": the group failed meanwhile: ", broken_);
+      if (!then.empty()) why = c10::str(why, " (then: ", then, ")");
+      return why;
+    };
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<Mutex> lock(mutex_);
+      launching_ = work;
+    }
+    try {
+      device_->enqueue([&] {
+        staged = body(device_->executor());
+        // Small collectives are the host transports' (backend: small() says no here).
+        RC_ASSERT(!staged->small, "a small collective on the stream path");
+        staged->job.tag = tag;
+        if (fingerprint_) {
+          staged->job.checked = true;
+          staged->job.fingerprint = fp;
+          staged->job.fingerprint.setAlgorithm(staged->job.schedule.name,
+                                               staged->job.schedule.digest);
+          // Besides the job's own (a point-to-point job names its peers).
+          staged->job.neighbours.insert(staged->job.neighbours.end(), neighbours_.begin(),
+                                        neighbours_.end());
+        }
+        work->keepUntilEnd(inputs, staged->job.owned);
+        device_->executor().run(std::move(staged->job), timeout);
+        if (staged->finish) device_->enqueueFinish(std::move(staged->finish));
+        StreamStats::Timer end(&stats, StreamStats::kEnd);
+        device_->protect(inputs);
+        device_->protect(outputs);
+        work->setEnd(device_->recordEnd());
+        // Completed for the device: the future records an event on the current
+        // (compute) stream, and whoever waits on it waits on that stream. Nobody
+        // else holds the future yet, so no callback runs here, under the locks.
+        if (device_->futureOnDevice()) work->getFuture()->markCompleted(c10::IValue(outputs));
+      });
+    } catch (const std::exception& e) {
+      // Some of this collective's transfers may be posted: the peers are out of step
+      // with this rank, so the group is broken, here and (through the store) there.
+      const auto* peer = dynamic_cast<const PeerError*>(&e);
+      failed = c10::str(label, ": ", e.what(),
+                        peer && peer->peer() >= 0 ? c10::str(" (rank ", peer->peer(), ")")
+                                                  : std::string());
+      std::lock_guard<Mutex> lock(mutex_);
       launching_.reset();
       if (broken_.empty()) {
-        failAll(why, /*report=*/true, /*teardown=*/false);
+        failAll(failed, /*report=*/true, /*teardown=*/false);
       } else {
-        why = failedMeanwhile(e.what());  // e.g. the wait for room, ended by the abort
+        failed = failedMeanwhile(e.what());  // e.g. the wait for room, ended by the abort
       }
     }
-    C10_THROW_ERROR(DistBackendError, why);
-  }
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    launching_.reset();
-    if (!broken_.empty()) {
-      // Nobody would fail or retire the work: the call raises instead.
-      const std::string why = failedMeanwhile("");
-      work->fail(why);
-      C10_THROW_ERROR(DistBackendError, why);
+    if (failed.empty()) {
+      std::lock_guard<Mutex> lock(mutex_);
+      launching_.reset();
+      if (!broken_.empty()) {
+        // Nobody would fail or retire the work: the call raises instead.
+        failed = failedMeanwhile("");
+      } else {
+        pending_.push_back(work);
+      }
     }
-    pending_.push_back(work);
+    if (!failed.empty()) {
+      work->fail(failed);
+      // What this launch enqueued after the watchdog's failAll drained the device
+      // is stopped too, before the work's memory goes (idempotent).
+      device_->abortTransfers();
+    }
+  }
+  if (!failed.empty()) {
+    {
+      std::unique_lock<Mutex> lock(mutex_);
+      settle(lock);  // what failAll failed
+    }
+    work->settle();
+    C10_THROW_ERROR(DistBackendError, failed);
   }
   cv_.notify_all();
   return work;
@@ -364,7 +429,7 @@ void StreamPath::retireFinished() {
   // skipped or whose bytes never came is never retired as a success.
   while (!pending_.empty() && pending_.front()->reached() && device_->intact()) {
     pending_.front()->markSucceeded();
-    retired_.push_back(pending_.front());
+    retired_.push_back(std::move(pending_.front()));
     pending_.pop_front();
   }
 }
@@ -377,13 +442,21 @@ void StreamPath::failAll(const std::string& why, bool report, bool teardown) {
   } catch (const std::exception&) {
     // a device fault: nothing more is retired
   }
-  // (1) every outstanding Work fails, before (2)-(3) can let its end be reached.
-  for (auto& w : pending_) w->fail(why);
+  // (1) every outstanding Work fails, before (2)-(3) can let its end be reached. The
+  // path keeps referencing them (failed_) until the device stopped using their
+  // memory: their caller may have dropped them, and then these references keep
+  // their tensors, outputs and scratch alive.
+  for (auto& w : pending_) {
+    w->fail(why);
+    failed_.push_back(std::move(w));
+  }
   pending_.clear();
   broken_ = why;
   // (2) nothing queued behind the failure reduces or copies stale data.
   device_->reducer().stopKernels();
-  // (3) stuck transfers exit; nobody enqueues on the device any more.
+  // (3) stuck transfers exit; nobody enqueues on the device any more. On the
+  // emulation this returns once nothing reads or writes a job's memory any more
+  // (on CUDA the caching allocator holds the user's memory for the stream).
   device_->abortTransfers();
   // (4) the other ranks learn why.
   if (report) postFailureReport(store_, kFailureKey, c10::str("rank ", rank_, " reported: ", why));
@@ -399,13 +472,18 @@ void StreamPath::failAll(const std::string& why, bool report, bool teardown) {
   }
 }
 
+std::string StreamPath::waitedFor(const StreamWork& w) const {
+  if (neighbours_.empty()) return w.peers().empty() ? std::string("its peers") : w.peers();
+  return c10::str("rank ", neighbours_.front(), " (receive) / rank ", neighbours_.back(),
+                  " (send)");
+}
+
 void StreamPath::watchdog() {
+  markOwnThread();
   device_->bindThread();
-  const int prev = neighbours_.empty() ? rank_ : neighbours_.front();
-  const int next = neighbours_.empty() ? rank_ : neighbours_.back();
   auto lastStoreLook = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point transferSeen{};
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<Mutex> lock(mutex_);
   while (!stopping_ && broken_.empty()) {
     cv_.wait_for(lock, kWatchdogPoll);
     if (stopping_ || !broken_.empty()) break;
@@ -418,7 +496,7 @@ void StreamPath::watchdog() {
           pending_.empty() ? std::string("a collective") : pending_.front()->label().str(),
           ": the device failed: ", e.what());
     }
-    completeRetired(lock);
+    settleOnCallbacks(lock);
     if (stopping_ || !broken_.empty()) break;
     const bool stopped = device_->reducer().kernelsStopped();
     // What is watched: the outstanding works, oldest first, then the one enqueuing.
@@ -451,8 +529,8 @@ void StreamPath::watchdog() {
           report = false;
         } else {
           why = c10::str(oldest->label(), ": ", transfer,
-                         " (a peer exited or its connection failed), waiting for rank ", prev,
-                         " (receive) / rank ", next, " (send); transfers aborted");
+                         " (a peer exited or its connection failed), waiting for ",
+                         waitedFor(*oldest), "; transfers aborted");
         }
       }
       if (why.empty() && !transfer.empty()) continue;  // the check may still speak
@@ -461,8 +539,7 @@ void StreamPath::watchdog() {
         if (!why.empty()) break;
         if (now - w->started() > w->timeout()) {
           why = c10::str(w->label(), ": Timed out after ", w->timeout().count(),
-                         " ms waiting for rank ", prev, " (receive) / rank ", next,
-                         " (send); transfers aborted");
+                         " ms waiting for ", waitedFor(*w), "; transfers aborted");
         }
       }
       if (why.empty() && now - oldest->started() > kReportPoll &&
@@ -481,15 +558,34 @@ void StreamPath::watchdog() {
     failAll(why, report, teardown_ && !pending_.empty());
     break;
   }
-  completeRetired(lock);
+  settleOnCallbacks(lock);
 }
 
-void StreamPath::completeRetired(std::unique_lock<std::mutex>& lock) {
-  while (!retired_.empty()) {
-    auto done = std::move(retired_);
-    retired_.clear();
+void StreamPath::settleOnCallbacks(std::unique_lock<Mutex>& lock) {
+  if (retired_.empty() && failed_.empty()) return;
+  std::vector<c10::intrusive_ptr<StreamWork>> done;
+  done.swap(retired_);
+  done.insert(done.end(), std::make_move_iterator(failed_.begin()),
+              std::make_move_iterator(failed_.end()));
+  failed_.clear();
+  lock.unlock();
+  callbacks_.post([done = std::move(done)]() mutable {
+    for (auto& w : done) w->settle();
+    done.clear();
+  });
+  lock.lock();
+}
+
+void StreamPath::settle(std::unique_lock<Mutex>& lock) {
+  while (!retired_.empty() || !failed_.empty()) {
+    std::vector<c10::intrusive_ptr<StreamWork>> done;
+    done.swap(retired_);
+    done.insert(done.end(), std::make_move_iterator(failed_.begin()),
+                std::make_move_iterator(failed_.end()));
+    failed_.clear();
     lock.unlock();
-    for (auto& w : done) w->completeFuture();
+    for (auto& w : done) w->settle();
+    done.clear();  // the last references may be these: unlocked (common/locks.h)
     lock.lock();
   }
 }

@@ -51,7 +51,9 @@
 
 #include "backend/stream_device.h"
 #include "backend/work.h"
+#include "common/callbacks.h"
 #include "common/knobs.h"
+#include "common/locks.h"
 #include "engine/call.h"
 #include "engine/fingerprint.h"
 
@@ -71,32 +73,47 @@ class StreamPath {
   StreamDevice& device() { return *device_; }
 
   // `fp`: the call's fingerprint; `timeout`: the op's, the watchdog's limit for it.
+  // `peers`: whom the call waits for, as its errors say it ("rank 1 (receive, tag
+  // 4)"), on a path without ring neighbours (point-to-point's); else they are named.
   c10::intrusive_ptr<c10d::Work> launch(c10d::OpType type, const algo::TraceTag& tag,
                                         const CallLabel& label, uint64_t seq,
                                         const algo::Fingerprint& fp,
                                         std::chrono::milliseconds timeout,
                                         const std::vector<at::Tensor>& inputs,
-                                        std::vector<at::Tensor> outputs, const Body& body);
+                                        std::vector<at::Tensor> outputs, const Body& body,
+                                        std::string peers = "");
 
   // ProcessGroup abort(): fails outstanding work at once and aborts the transfers.
-  // Safe from any thread, also while another thread launches.
+  // Safe from any thread, also while another thread launches; the failed futures'
+  // callbacks run on the calling thread, which must hold no ringcoll lock.
   void abort(const std::string& why);
 
  private:
   void watchdog();
-  // Under mutex_: marks succeeded the oldest works whose end was reached while no
+  // Under mutex_: moves to retired_ the oldest works whose end was reached while no
   // kernel was stopped (the compute stream runs in order: they are a prefix).
   void retireFinished();
   // Under mutex_: the failure path above, steps (0)-(4); `teardown`: then end the
-  // process (the async default).
+  // process (the async default). The failed works go to failed_, still referenced
+  // (their memory stays alive) until the device's work on them has stopped.
   void failAll(const std::string& why, bool report, bool teardown);
   // failAll for a reason that is not any one collective's (abort(), shutdown()):
   // each Work's error names it, and the peers it was waiting for.
   void failEach(const std::string& why);
   std::string mismatchText();
-  // Completes the futures of retired_ with `lock` released for the callbacks.
-  void completeRetired(std::unique_lock<std::mutex>& lock);
-
+  // "rank 3 (receive) / rank 1 (send)": whom `w` waits for (its peers on a path
+  // without ring neighbours).
+  std::string waitedFor(const StreamWork& w) const;
+  // With `lock` (on mutex_) held on entry and on return: takes retired_ and
+  // failed_, and with the lock released completes their futures (callbacks run
+  // here: a callback may launch a collective), releases what the succeeded ones
+  // kept, and drops the references, which may free the user's tensors
+  // (common/locks.h).
+  void settle(std::unique_lock<Mutex>& lock);
+  // The watchdog's settle(): the same, on callbacks_'s threads, so that a callback
+  // that waits for a later collective of this path (which this watchdog must
+  // retire or time out) does not block the watchdog (common/callbacks.h).
+  void settleOnCallbacks(std::unique_lock<Mutex>& lock);
   const std::shared_ptr<StreamDevice> device_;
   const int rank_;
   const int size_;
@@ -107,20 +124,25 @@ class StreamPath {
   const bool blocking_;  // Work.wait() blocks the host
   const bool teardown_;  // a failure seen by the watchdog ends the process
 
-  std::mutex launchMutex_;  // one launch at a time: the executor is single-threaded
-  std::mutex mutex_;        // pending_, launching_, broken_, stopping_
-  std::condition_variable cv_;
+  // The locks of the path (the rule of common/locks.h: neither is held while a
+  // tensor may be freed or a future's callbacks run; settle() does both unlocked).
+  Mutex launchMutex_{"StreamPath::launchMutex_"};  // one launch at a time: the executor is single-threaded
+  Mutex mutex_{"StreamPath::mutex_"};  // pending_, launching_, retired_, failed_, broken_, stopping_
+  std::condition_variable_any cv_;
   std::deque<c10::intrusive_ptr<StreamWork>> pending_;
   // The work whose launch is enqueuing (null if none). Not yet in pending_, but
   // its enqueue may wait for the device (the in-flight bound), so the watchdog
   // watches it too: a transfer error, a peer's report or its timeout aborts the
   // transfers, and the launch throws the watchdog's reason (broken_).
   c10::intrusive_ptr<StreamWork> launching_;
-  // Succeeded, their futures not yet completed (completeRetired).
+  // Ended, their futures not yet completed and their references not yet dropped
+  // (settle()): succeeded, and failed (after the device stopped using them).
   std::vector<c10::intrusive_ptr<StreamWork>> retired_;
+  std::vector<c10::intrusive_ptr<StreamWork>> failed_;
   std::string broken_;
   bool stopping_ = false;
   std::thread watchdog_;
+  CallbackRunner callbacks_;  // settleOnCallbacks'; joined after the watchdog
 };
 
 }  // namespace ringcoll

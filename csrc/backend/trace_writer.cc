@@ -160,23 +160,34 @@ TraceWriter::TraceWriter(algo::Tracer& tracer, const std::string& dir, const std
   std::fflush(file_);
 }
 
-TraceWriter::~TraceWriter() {
-  write();
+TraceWriter::~TraceWriter() { close(); }
+
+void TraceWriter::close() {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (file_ == nullptr) return;
+  writeLocked();
   std::fputs("\n]\n", file_);
   std::fclose(file_);
+  file_ = nullptr;
 }
 
 void TraceWriter::maybeWrite() {
-  if (tracer_.full() ||
-      std::chrono::steady_clock::now() - lastWrite_ >= kFlushInterval) {
-    write();
+  // tracer_.full() is the tracer's own (thread-safe) question; the time is ours.
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (file_ == nullptr) return;
+  if (tracer_.full() || std::chrono::steady_clock::now() - lastWrite_ >= kFlushInterval) {
+    writeLocked();
   }
 }
 
 void TraceWriter::write() {
-  auto records = tracer_.take();
   std::lock_guard<std::mutex> lock(mutex_);
+  if (file_ != nullptr) writeLocked();
+}
+
+void TraceWriter::writeLocked() {
+  // Taken under the lock, so that two writers append the records in their order.
+  auto records = tracer_.take();
   lastWrite_ = std::chrono::steady_clock::now();
   if (records.empty()) return;
   for (const auto& c : records) emit(*c);

@@ -75,12 +75,18 @@ class TraceWriter {
   TraceWriter& operator=(const TraceWriter&) = delete;
 
   const std::string& path() const { return path_; }
-  // After a collective: writes the buffered records if the tracer is full or
-  // kFlushInterval passed since the last write.
+  // After a collective (any thread: the CPU worker, a caller running a collective
+  // inline, a stream path's launch): writes the buffered records if the tracer is
+  // full or kFlushInterval passed since the last write. Nothing once closed.
   void maybeWrite();
   void write();
+  // Writes what is left and closes the array; later writes do nothing. The backend
+  // closes its writer when it stops, while a launch in another thread may still
+  // call maybeWrite (the writer lives as long as the backend).
+  void close();
 
  private:
+  void writeLocked();  // under mutex_, with the file open
   void emit(const algo::CollectiveTrace& c);
   void emitOp(const algo::CollectiveTrace& c, const algo::OpTrace& o);
   int lane(int peer, bool send, int64_t start, int64_t end);
@@ -91,7 +97,7 @@ class TraceWriter {
   std::string path_;
   std::FILE* file_ = nullptr;
   bool first_ = true;
-  std::mutex mutex_;
+  std::mutex mutex_;  // everything below, and the file
   std::chrono::steady_clock::time_point lastWrite_;
   // Per (peer, direction): when each lane's last event ends.
   std::vector<std::vector<int64_t>> laneEnd_;

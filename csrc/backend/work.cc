@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "common/locks.h"
+
 namespace ringcoll {
 
 void postFailureReport(const c10::intrusive_ptr<c10d::Store>& store, const std::string& key,
@@ -34,6 +36,8 @@ RingcollWork::RingcollWork(int rank, c10d::OpType type, CallLabel label, uint64_
       timeout_(timeout),
       outputs_(std::move(outputs)),
       describeWait_(std::move(describeWait)) {}
+
+RingcollWork::~RingcollWork() { checkNoLockHeld("destroying a Work (its tensors)"); }
 
 std::string CallLabel::str() const { return c10::str(*this); }
 
@@ -78,11 +82,14 @@ bool RingcollWork::wait(std::chrono::milliseconds timeout) {
 // The future, if made, is completed before wait() is released, so a caller that
 // returns from wait() always finds getFuture().value() set. DDP's comm-hook
 // callbacks run inside markCompleted, on the thread that ran the collective.
-void RingcollWork::finish() { end(nullptr); }
+void RingcollWork::finish(CallbackRunner* callbacks) { end(nullptr, callbacks); }
 
-void RingcollWork::finishWithError(std::exception_ptr error) { end(std::move(error)); }
+void RingcollWork::finishWithError(std::exception_ptr error, CallbackRunner* callbacks) {
+  end(std::move(error), callbacks);
+}
 
-void RingcollWork::end(std::exception_ptr error) {
+void RingcollWork::end(std::exception_ptr error, CallbackRunner* callbacks) {
+  checkNoLockHeld("completing a Work (its future's callbacks)");
   c10::intrusive_ptr<c10::ivalue::Future> future;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -90,6 +97,18 @@ void RingcollWork::end(std::exception_ptr error) {
     exception_ = error;
     future = future_;
   }
+  if (future && callbacks) {
+    // A future made before the end may have callbacks: they run on the runner's
+    // threads, and wait() is released there too, once the future is completed.
+    auto self = c10::intrusive_ptr<RingcollWork>::reclaim_copy(this);
+    callbacks->post([self, future, error] { self->complete(future, error); });
+    return;
+  }
+  complete(future, error);
+}
+
+void RingcollWork::complete(const c10::intrusive_ptr<c10::ivalue::Future>& future,
+                            std::exception_ptr error) {
   if (future) {
     if (error) {
       future->setError(error);

@@ -20,6 +20,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "common/callbacks.h"
+
 namespace ringcoll {
 
 // A failure one rank saw, left in the group's store under `key` for the others
@@ -50,6 +52,8 @@ class RingcollWork final : public c10d::Work {
   RingcollWork(int rank, c10d::OpType type, CallLabel label, uint64_t seq,
                std::chrono::milliseconds timeout, std::vector<at::Tensor> outputs,
                std::function<std::string()> describeWait);
+  // Its outputs may be the last references to Python-owned tensors.
+  ~RingcollWork() override;
 
   // isCompleted/isSuccess/exception: c10d::Work's, over its completed_/exception_.
   std::vector<at::Tensor> result() override;
@@ -61,9 +65,12 @@ class RingcollWork final : public c10d::Work {
   int sourceRank() const override { return sourceRank_.load(); }
   void setSourceRank(int rank) { sourceRank_.store(rank); }
 
-  // Called once by the worker.
-  void finish();
-  void finishWithError(std::exception_ptr error);
+  // Called once, by whoever ran it, with no ringcoll lock held: the future's
+  // callbacks run inside (common/locks.h), or, with `callbacks`, on its threads
+  // (common/callbacks.h: the caller is a thread the callbacks may wait for). Either
+  // way the future is completed before wait() returns and is_completed() is true.
+  void finish(CallbackRunner* callbacks = nullptr);
+  void finishWithError(std::exception_ptr error, CallbackRunner* callbacks = nullptr);
 
 
  private:
@@ -73,7 +80,9 @@ class RingcollWork final : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::function<std::string()> describeWait_;
   std::atomic<int> sourceRank_{-1};
-  void end(std::exception_ptr error);
+  void end(std::exception_ptr error, CallbackRunner* callbacks);
+  // The end's second half: the future, then completed_ (what wait() waits for).
+  void complete(const c10::intrusive_ptr<c10::ivalue::Future>& future, std::exception_ptr error);
 
   bool ended_ = false;  // the outputs are final (under mutex_)
   c10::intrusive_ptr<c10::ivalue::Future> future_;  // made by getFuture()

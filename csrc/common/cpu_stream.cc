@@ -10,7 +10,7 @@ CpuStream::CpuStream(std::string name, uint32_t maxDelayUs)
 CpuStream::~CpuStream() {
   abort();
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<Mutex> lock(mutex_);
     stop_ = true;
   }
   cv_.notify_all();
@@ -19,7 +19,7 @@ CpuStream::~CpuStream() {
 
 void CpuStream::enqueue(Task task) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<Mutex> lock(mutex_);
     queue_.push_back(Item{std::move(task), nullptr});
   }
   cv_.notify_all();
@@ -29,7 +29,7 @@ CpuStream::MarkerPtr CpuStream::mark() {
   auto m = std::make_shared<Marker>();
   // Markers complete even on a failed or aborted stream: whoever waits for one
   // learns of the failure from error()/aborted(), not by waiting forever.
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<Mutex> lock(mutex_);
   queue_.push_back(Item{nullptr, m});
   cv_.notify_all();
   return m;
@@ -45,20 +45,21 @@ void CpuStream::waitFor(MarkerPtr m) {
 }
 
 bool CpuStream::sync(std::chrono::steady_clock::time_point until) {
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<Mutex> lock(mutex_);
   return cv_.wait_until(lock, until, [this] { return queue_.empty() && !running_; });
 }
 
 std::exception_ptr CpuStream::error() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<Mutex> lock(mutex_);
   return error_;
 }
 
 void CpuStream::abort() { aborted_.store(true, std::memory_order_release); }
 
 void CpuStream::loop() {
+  markOwnThread();
   std::mt19937 rng(std::random_device{}());
-  std::unique_lock<std::mutex> lock(mutex_);
+  std::unique_lock<Mutex> lock(mutex_);
   for (;;) {
     cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stop_
@@ -81,6 +82,7 @@ void CpuStream::loop() {
         failed = std::current_exception();
       }
     }
+    item = Item{};  // what the task captured goes here, unlocked
     lock.lock();
     if (failed && !error_) error_ = failed;
     running_ = false;

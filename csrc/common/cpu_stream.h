@@ -25,6 +25,8 @@
 #include <string>
 #include <thread>
 
+#include "common/locks.h"
+
 namespace ringcoll {
 
 class CpuStream {
@@ -71,8 +73,11 @@ class CpuStream {
 
   const std::string name_;
   const uint32_t maxDelayUs_;
-  mutable std::mutex mutex_;
-  std::condition_variable cv_;
+  // Never held while a task runs or is destroyed: a task may hold the last
+  // reference to a tensor (common/locks.h), and error(), which takes this lock, is
+  // what a program polling Work.is_completed() asks.
+  mutable Mutex mutex_{"CpuStream::mutex_"};
+  std::condition_variable_any cv_;
   struct Item {
     Task task;          // or
     MarkerPtr marker;   // completed when reached, even on a failed stream

@@ -25,11 +25,22 @@ const std::vector<std::string>& knownNames() {
       "RINGCOLL_FINGERPRINT", "RINGCOLL_TRACE", "RINGCOLL_GPU_CHUNK_BYTES",
       "RINGCOLL_BLOCKING_WAIT", "RINGCOLL_ASYNC_ERROR_HANDLING", "RINGCOLL_GPU_FINGERPRINT",
       "RINGCOLL_NCCL_BLOCKING", "RINGCOLL_STOP_LATCH_BYTES", "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER", "RINGCOLL_GPU_ALGO",
-      "RINGCOLL_MAX_BATCHES_IN_FLIGHT",
-      // Read by the build (setup.py), by Python (ringcoll.model, the creator) and
-      // by CI (.ci/run), not by the backend; listed so they are not reported as unknown.
-      "RINGCOLL_CUDA", "RINGCOLL_MODEL", "RINGCOLL_CI_CACHE", "RINGCOLL_ALGO_MODULES"};
+      "RINGCOLL_MAX_BATCHES_IN_FLIGHT"};
   return names;
+}
+
+// The project's variables that no backend reads (known, so not reported as unknown):
+// the build's (setup.py), Python's (ringcoll.model, the creator), CI's (.ci/run), and
+// the process's debug checks (common/locks.h, read once per process).
+const std::vector<std::string>& readElsewhere() {
+  static const std::vector<std::string> names = {"RINGCOLL_CUDA", "RINGCOLL_MODEL",
+                                                 "RINGCOLL_CI_CACHE", "RINGCOLL_ALGO_MODULES",
+                                                 "RINGCOLL_CHECKS"};
+  return names;
+}
+
+bool listed(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
 }
 
 // Edits (insert, delete, substitute, swap two neighbours) from a to b.
@@ -55,16 +66,20 @@ constexpr size_t kTypoEdits = 2;
 // (closest known name, its distance), over the knobs and the project's variables.
 std::pair<std::string, size_t> closest(const std::string& name) {
   std::pair<std::string, size_t> best{"", static_cast<size_t>(-1)};
-  for (const auto& n : knownNames()) {
-    const size_t e = editDistance(name, n);
-    if (e < best.second) best = {n, e};
+  for (const auto* names : {&knownNames(), &readElsewhere()}) {
+    for (const auto& n : *names) {
+      const size_t e = editDistance(name, n);
+      if (e < best.second) best = {n, e};
+    }
   }
   return best;
 }
 
 std::string unknownMessage(const std::string& name, const std::string& where) {
   std::string known;
-  for (const auto& n : knownNames()) known += (known.empty() ? "" : ", ") + n;
+  for (const auto* names : {&knownNames(), &readElsewhere()}) {
+    for (const auto& n : *names) known += (known.empty() ? "" : ", ") + n;
+  }
   return RC_STR("unknown ringcoll knob ", name, where, ": did you mean ",
                 closest(name).first, "? (known: ", known, ")");
 }
@@ -87,10 +102,7 @@ void unknownInEnvironment(const std::string& name) {
 }
 
 bool isKnown(const std::string& name) {
-  for (const auto& n : knownNames()) {
-    if (n == name) return true;
-  }
-  return false;
+  return listed(knownNames(), name) || listed(readElsewhere(), name);
 }
 
 // A whole number >= min of `unit` (the error names it).
@@ -171,9 +183,8 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
                  "='", value, "' exists and is not a directory (expected a directory for "
                  "the trace files, or empty for no trace)");
     k.trace = value;
-  } else if (name == "RINGCOLL_CUDA" || name == "RINGCOLL_MODEL" ||
-             name == "RINGCOLL_CI_CACHE" || name == "RINGCOLL_ALGO_MODULES") {
-    // the build's, Python's (ringcoll.model, ringcoll._backend) and CI's (.ci/run)
+  } else if (listed(readElsewhere(), name)) {
+    // read elsewhere (above)
   } else {
     throw std::invalid_argument(unknownMessage(name, ""));
   }

@@ -159,6 +159,14 @@
 //                                                ringcoll.check, .sim, .bench and .model,
 //                                                so RINGCOLL_ALGO may name what they
 //                                                define
+//   (process)    RINGCOLL_CHECKS        0        1: debug checks of ringcoll's own rules
+//                                                abort the process naming the breach: a
+//                                                ringcoll lock held where Python may run
+//                                                (a tensor freed, a future's callbacks;
+//                                                common/locks.h), an unfinished stream
+//                                                Work's memory freed while its device
+//                                                may still use it; read once per
+//                                                process; the test suite sets it
 //
 // A bad value is an error naming the variable, the value and what is accepted. (The
 // RINGCOLL_ALGO value is parsed against the registry where algorithms live,

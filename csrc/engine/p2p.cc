@@ -40,7 +40,7 @@ void P2PEngine::post(Request r) {
   op->posted = Clock::now();
   int stopping;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<Mutex> lock(mutex_);
     stopping = stopping_;
     if (stopping == 0) {
       inbox_.push_back(std::move(op));
@@ -60,32 +60,36 @@ std::string P2PEngine::stoppedWhile(Stop how) {
              : "the process group was shut down (destroy_process_group) while ";
 }
 
-void P2PEngine::stop(Stop how) {
+void P2PEngine::requestStop(Stop how) {
   const int want = 1 + static_cast<int>(how);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = std::max(stopping_, want);
-    if (!stopped_) transport_->wake();
-  }
-  std::lock_guard<std::mutex> once(joinMutex_);
-  if (thread_.joinable()) thread_.join();
+  std::lock_guard<Mutex> lock(mutex_);
+  stopping_ = std::max(stopping_, want);
+  if (!stopped_) transport_->wake();
+}
+
+void P2PEngine::stop(Stop how) {
+  requestStop(how);
   std::deque<OpPtr> late;  // posted after the thread's last intake
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<Mutex> once(joinMutex_);
+    if (thread_.joinable()) thread_.join();
+    std::lock_guard<Mutex> lock(mutex_);
     stopped_ = true;
     late.swap(inbox_);
   }
   // Posted after the thread's last look: they end as the stop's kind says, as the
-  // requests the thread held did.
+  // requests the thread held did; their closures run with no lock held.
   for (auto& op : late) {
     const std::string why = stoppedWhile(how) + op->describe();
     complete(std::move(op), why);
   }
+  std::lock_guard<Mutex> once(joinMutex_);
   transport_.reset();
 }
 
 void P2PEngine::complete(OpPtr op, const std::string& error, bool timedOut,
                          bool memoryInUse) {
+  checkNoLockHeld("completing a point-to-point request (its closure)");
   op->result.error = error;
   op->result.timedOut = timedOut;
   if (op->req.done) op->req.done(op->result);
@@ -96,6 +100,7 @@ void P2PEngine::complete(OpPtr op, const std::string& error, bool timedOut,
 // The progress thread
 
 void P2PEngine::loop() {
+  markOwnThread();
   try {
     for (;;) {
       // Taken before looking, so that whatever arrives (or is posted) after the
@@ -116,7 +121,7 @@ void P2PEngine::loop() {
       if (moved) lastMove_ = now;
       int stopping;
       {
-        std::lock_guard<std::mutex> lock(mutex_);
+        std::lock_guard<Mutex> lock(mutex_);
         stopping = stopping_;
       }
       if (stopping == 1 + static_cast<int>(Stop::kAbort)) {
@@ -145,7 +150,7 @@ void P2PEngine::loop() {
   } catch (const std::exception& e) {
     // A broken invariant of this engine: fail what waits rather than hang it.
     failAll(RC_STR("ringcoll point-to-point failed (", e.what(), ") while "));
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<Mutex> lock(mutex_);
     stopping_ = 1 + static_cast<int>(Stop::kAbort);
   }
 }
@@ -153,7 +158,7 @@ void P2PEngine::loop() {
 bool P2PEngine::intake() {
   std::deque<OpPtr> in;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<Mutex> lock(mutex_);
     in.swap(inbox_);
   }
   for (auto& op : in) {

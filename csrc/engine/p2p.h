@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "common/failure.h"
+#include "common/locks.h"
 #include "transport/transport.h"
 
 namespace ringcoll {
@@ -101,8 +102,12 @@ class P2PEngine {
 
   enum class Stop { kShutdown, kAbort };
   // Idempotent; joins the progress thread and closes the transport. Requests posted
-  // later fail at once.
+  // later fail at once. Not on the progress thread (a request's closure): use
+  // requestStop there.
   void stop(Stop how);
+  // The stop without the join: the progress thread fails (kAbort) or winds down
+  // (kShutdown) the requests, and later posts fail at once. Any thread.
+  void requestStop(Stop how);
 
  private:
   struct Header;
@@ -148,8 +153,9 @@ class P2PEngine {
   const int rank_;
   const int size_;
 
-  std::mutex joinMutex_;  // one stop() joins and closes
-  std::mutex mutex_;      // guards inbox_, stopping_, stopped_
+  // Neither is held while a request's closure runs (common/locks.h).
+  Mutex joinMutex_{"P2PEngine::joinMutex_"};  // one stop() joins and closes
+  Mutex mutex_{"P2PEngine::mutex_"};          // guards inbox_, stopping_, stopped_
   std::deque<OpPtr> inbox_;
   int stopping_ = 0;  // 0, or 1 + Stop
   bool stopped_ = false;

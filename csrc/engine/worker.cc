@@ -6,7 +6,7 @@ Worker::Worker() : thread_([this] { loop(); }) {}
 
 Worker::~Worker() {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<Mutex> lock(mutex_);
     stopping_ = true;
   }
   cv_.notify_all();
@@ -15,14 +15,14 @@ Worker::~Worker() {
 
 void Worker::enqueue(std::function<void()> task) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<Mutex> lock(mutex_);
     queue_.push_back(std::move(task));
   }
   cv_.notify_one();
 }
 
 bool Worker::tryClaim() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<Mutex> lock(mutex_);
   if (busy_ || !queue_.empty()) return false;
   busy_ = true;
   return true;
@@ -31,7 +31,7 @@ bool Worker::tryClaim() {
 void Worker::release() {
   bool queued;
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<Mutex> lock(mutex_);
     busy_ = false;
     queued = !queue_.empty();
   }
@@ -42,7 +42,7 @@ void Worker::release() {
 
 void Worker::handOff(std::function<void()> rest) {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<Mutex> lock(mutex_);
     queue_.push_front(std::move(rest));
     busy_ = false;
   }
@@ -50,10 +50,11 @@ void Worker::handOff(std::function<void()> rest) {
 }
 
 void Worker::loop() {
+  markOwnThread();
   for (;;) {
     std::function<void()> task;
     {
-      std::unique_lock<std::mutex> lock(mutex_);
+      std::unique_lock<Mutex> lock(mutex_);
       cv_.wait(lock, [this] { return (stopping_ && !busy_) || (!busy_ && !queue_.empty()); });
       if (queue_.empty()) return;  // stopping and drained
       task = std::move(queue_.front());
@@ -62,7 +63,7 @@ void Worker::loop() {
     }
     task();
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::lock_guard<Mutex> lock(mutex_);
       busy_ = false;
     }
   }

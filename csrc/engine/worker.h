@@ -13,6 +13,8 @@
 #include <mutex>
 #include <thread>
 
+#include "common/locks.h"
+
 namespace ringcoll {
 
 class Worker {
@@ -36,8 +38,8 @@ class Worker {
  private:
   void loop();
 
-  std::mutex mutex_;
-  std::condition_variable cv_;
+  Mutex mutex_{"Worker::mutex_"};  // never held while a task runs or is destroyed
+  std::condition_variable_any cv_;
   std::deque<std::function<void()>> queue_;
   bool busy_ = false;  // a task runs (on the worker or a claiming caller)
   bool stopping_ = false;

@@ -111,6 +111,12 @@ void* CpuStreamTransport::allocStaging(size_t bytes) {
 void CpuStreamTransport::freeStaging(void* p) { ::operator delete(p, std::align_val_t{64}); }
 
 void CpuStreamTransport::runBatch(const std::vector<Post>& batch) {
+  // Aborted: the host transport may be gone already (abort() says why); nothing
+  // below may touch it (a batch on `compute`, which is not aborted, comes here
+  // after the backend freed it).
+  if (transfer_.aborted()) {
+    throw PeerError(-1, "the transfer stream was aborted before this batch ran");
+  }
   {
     // After a failure on `compute`, as on an NCCL communicator in error.
     const std::string earlier = failure();

@@ -7,8 +7,8 @@
 namespace ringcoll {
 
 NcclComm::NcclComm(const ncclUniqueId& id, int rank, int size, std::chrono::milliseconds limit,
-                   bool blocking)
-    : createdBlocking_(blocking), rank_(rank), limit_(limit) {
+                   bool blocking, std::function<const char*()> stopping)
+    : createdBlocking_(blocking), rank_(rank), limit_(limit), stopping_(std::move(stopping)) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = blocking ? 1 : 0;
   // Read from the parent at ncclCommSplit: the child blockFromNowOn() makes shares
@@ -90,6 +90,10 @@ void NcclComm::waitReady(std::unique_lock<std::mutex>& lk, const std::string& wh
   for (int polls = 0;; ++polls) {
     if (aborted_.load()) {
       throw PeerError(peer, RC_STR(what, ": the NCCL communicator was aborted meanwhile"));
+    }
+    if (const char* why = stopping_ ? stopping_() : nullptr) {
+      abort();
+      throw PeerError(peer, RC_STR(what, ": ", why, "; communicator aborted"));
     }
     const ncclResult_t state = asyncError();
     if (state == ncclSuccess) return;

@@ -37,6 +37,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <string>
 
@@ -47,9 +48,13 @@ class NcclComm {
   using Clock = std::chrono::steady_clock;
 
   // Creates the communicator and waits for it, at most `limit`; throws PeerError
-  // (peer -1) naming the rank and the wait on failure or timeout.
+  // (peer -1) naming the rank and the wait on failure or timeout. `stopping`
+  // (optional): polled by every wait (waitReady) until creationDone(); when it
+  // returns a reason (the group is being aborted or shut down), the communicator is
+  // aborted and the wait throws it, so a creation (the init, the connections, the
+  // split) that waits for a missing rank ends at once.
   NcclComm(const ncclUniqueId& id, int rank, int size, std::chrono::milliseconds limit,
-           bool blocking = false);
+           bool blocking = false, std::function<const char*()> stopping = nullptr);
   // Aborts if still alive: never waits on a peer.
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
@@ -89,6 +94,9 @@ class NcclComm {
   // error, it aborts instead. Returns whether it ended in order. Idempotent.
   bool finalize(std::unique_lock<std::mutex>& lk, std::chrono::milliseconds limit);
   bool aborted() const { return aborted_.load(); }
+  // Under lock(): the creation's waits are over; `stopping` is no longer polled (a
+  // shutdown's orderly finalize must not be cut short by it).
+  void creationDone() { stopping_ = nullptr; }
   std::chrono::milliseconds limit() const { return limit_; }
 
  private:
@@ -100,6 +108,7 @@ class NcclComm {
   const bool createdBlocking_;
   const int rank_;
   const std::chrono::milliseconds limit_;
+  std::function<const char*()> stopping_;  // under mutex_
   std::mutex mutex_;
   std::atomic<bool> aborted_{false};
 };
