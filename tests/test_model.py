@@ -482,6 +482,15 @@ def auto_world(rank, p):
     return dist.get_backend_config()
 
 
+def test_auto_on_the_stream_transport(capfd):
+    """RINGCOLL_TRANSPORT=stream rides on auto's links: auto prices the host choice
+    for them (it looked up constants for a transport 'stream' and failed)."""
+    mp.run_world(2, auto_world, transport="stream",
+                 env={"RINGCOLL_ALGO": "auto", "RINGCOLL_DEBUG": "1"})
+    err = capfd.readouterr().err
+    assert "(model defaults, shm, p=2)" in err, err[-2000:]
+
+
 def test_auto_in_a_running_group(capfd):
     mp.run_world(2, auto_world, transport="shm",
                  env={"RINGCOLL_ALGO": "auto", "RINGCOLL_DEBUG": "1"})
