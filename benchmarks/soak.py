@@ -874,7 +874,15 @@ class RankThread:
                 self.chain_done.set()
                 return
             if inside[1]:  # in the first call's callback
-                done(fut.wait(), it, seq, waited=True)  # raises nothing: collect_all's
+                try:
+                    # collect_all's future fails as soon as one of its futures does
+                    # (a peer was killed): that is this call's outcome.
+                    results = fut.wait()
+                except Exception as e:  # noqa: BLE001 - counted
+                    self.failed(spec, seq, e, "chain wait", it.issued_at)
+                    self.chain_done.set()
+                    return
+                done(results, it, seq, waited=True)
             else:
                 inside[1] = inside[0]
                 fut.then(lambda f, it=it, seq=seq: done(f, it, seq))

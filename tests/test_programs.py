@@ -351,3 +351,48 @@ def test_a_receive_timeout_names_the_sender(transport):
                        timeout=120)[0]
     assert "Timed out" in msg and "rank 1" in msg, msg
     assert "rank 0 (" not in msg, msg  # the old text: "waiting for rank 0 (receive) / ..."
+
+
+def abort_in_callback_world(rank, p):
+    """A future callback aborts its own group (error handling a program may do). It
+    runs on one of ringcoll's threads, which a teardown joins: the abort fails what
+    is in flight at once, and the joins come with the harness's
+    destroy_process_group on the main thread. Rank 1 stays out of the second call."""
+    big = torch.ones(1 << 20)  # 4 MiB: async calls this large go to the worker
+    if rank == 1:
+        time.sleep(0.5)  # rank 0's then() is attached before the first call can end
+        dist.all_reduce(big)
+        time.sleep(3)
+        return None
+    second_issued, aborted = threading.Event(), threading.Event()
+    where = {}
+
+    def abort(fut):
+        where["thread"] = threading.current_thread().name
+        second_issued.wait(10)
+        dist.group.WORLD.abort()
+        aborted.set()
+
+    w1 = dist.all_reduce(big, async_op=True)
+    chained = w1.get_future().then(abort)
+    w2 = dist.all_reduce(torch.ones(8), async_op=True)  # rank 1 never comes
+    second_issued.set()
+    t0 = time.monotonic()
+    if not aborted.wait(30):
+        return "the callback's abort did not return", 0.0, where
+    try:
+        w2.wait()
+        msg = "no error"
+    except dist.DistBackendError as e:
+        msg = str(e)
+    chained.wait()
+    return msg, time.monotonic() - t0, where
+
+
+@pytest.mark.parametrize("transport", ALL)
+def test_abort_from_inside_a_callback(transport):
+    msg, seconds, where = mp.run_world(2, abort_in_callback_world, transport=transport,
+                                       timeout=120, pg_timeout_s=60)[0]
+    assert where["thread"] != "MainThread", where  # one of ringcoll's threads
+    assert "ringcoll::allreduce #2" in msg and "abort" in msg, (msg, where)
+    assert seconds < 5, (seconds, msg)
