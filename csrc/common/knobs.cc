@@ -28,7 +28,8 @@ const std::vector<std::string>& knownNames() {
       "RINGCOLL_MAX_BATCHES_IN_FLIGHT",
       // Read by the build (setup.py), by Python (ringcoll.model, the creator) and
       // by CI (.ci/run), not by the backend; listed so they are not reported as unknown.
-      "RINGCOLL_CUDA", "RINGCOLL_MODEL", "RINGCOLL_CI_CACHE", "RINGCOLL_ALGO_MODULES"};
+      "RINGCOLL_CUDA", "RINGCOLL_SANITIZE", "RINGCOLL_MODEL", "RINGCOLL_CI_CACHE",
+      "RINGCOLL_ALGO_MODULES"};
   return names;
 }
 
@@ -171,8 +172,9 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
                  "='", value, "' exists and is not a directory (expected a directory for "
                  "the trace files, or empty for no trace)");
     k.trace = value;
-  } else if (name == "RINGCOLL_CUDA" || name == "RINGCOLL_MODEL" ||
-             name == "RINGCOLL_CI_CACHE" || name == "RINGCOLL_ALGO_MODULES") {
+  } else if (name == "RINGCOLL_CUDA" || name == "RINGCOLL_SANITIZE" ||
+             name == "RINGCOLL_MODEL" || name == "RINGCOLL_CI_CACHE" ||
+             name == "RINGCOLL_ALGO_MODULES") {
     // the build's, Python's (ringcoll.model, ringcoll._backend) and CI's (.ci/run)
   } else {
     throw std::invalid_argument(unknownMessage(name, ""));
