@@ -92,7 +92,7 @@ def main(folder):
     if missing:
         sys.exit(f"canary: no ASan report in {folder} from " + ", ".join(missing)
                  + ": the sanitizers' reports would be lost")
-    print(f"canary: ASan reports reach {folder} from "
+    print(f"canary: the sanitizers' reports reach {folder} from "
           + ", ".join(children) + " (checked, then removed)")
 
 
