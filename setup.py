@@ -12,6 +12,22 @@ transport) is built when torch is a CUDA build, nvcc is found (CUDA_HOME, else
 CUDA torch depends on). RINGCOLL_CUDA=0 forces the CPU variant; RINGCOLL_CUDA=1
 forces CUDA and fails, naming what is missing, if it cannot. Architectures: sm_80
 and sm_90 plus PTX unless TORCH_CUDA_ARCH_LIST says otherwise.
+
+Sanitizers (_sanitize_flags below): RINGCOLL_SANITIZE=address,undefined builds the
+extension with AddressSanitizer and UndefinedBehaviorSanitizer, RINGCOLL_SANITIZE=thread
+with ThreadSanitizer (a comma-separated list of gcc's -fsanitize= names; thread goes
+with neither of the others). Such a build has line tables (-g1), frame pointers and
+-O1, and UBSan does not recover: its first report aborts the process, as ASan's does.
+The variant is the CPU one unless RINGCOLL_CUDA=1 says otherwise. Python itself is
+not sanitized, so the runtime must be loaded first, and libstdc++ before it (or ASan's
+__cxa_throw interceptor finds no real __cxa_throw and the first C++ throw aborts):
+
+    RINGCOLL_CUDA=0 RINGCOLL_SANITIZE=address,undefined pip install --no-build-isolation -e .
+    LD_PRELOAD=$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libstdc++.so) \
+      ASAN_OPTIONS=detect_leaks=0:alloc_dealloc_mismatch=0 python -m pytest -q tests/test_stream.py
+
+.ci/run does this on its first lane; .ci/sanitizers has the runtime options and
+the reason for each, and .ci/tsan is the ThreadSanitizer recipe (docs/TESTS.md).
 """
 
 import glob
@@ -107,15 +123,50 @@ def _cuda_config():
     return os.path.join(cuda_home, "bin", "nvcc"), nccl[0], nccl[1]
 
 
+SANITIZERS = ("address", "undefined", "thread")
+
+
+def _sanitize_flags():
+    """(compile flags, link flags) for RINGCOLL_SANITIZE (the docstring above), or
+    ([], []) when it is unset or empty."""
+    want = os.environ.get("RINGCOLL_SANITIZE", "").strip()
+    names = [n.strip() for n in want.split(",") if n.strip()]
+    if not names:
+        return [], []
+    bad = [n for n in names if n not in SANITIZERS]
+    if bad or ("thread" in names and len(names) > 1):
+        sys.exit(f"ringcoll: RINGCOLL_SANITIZE='{want}' must be a comma-separated list of "
+                 f"{', '.join(SANITIZERS)}, with thread alone")
+    flags = [f"-fsanitize={','.join(names)}", "-fno-omit-frame-pointer",
+             # Line tables for the reports' stacks, at a fraction of -g's compile time;
+             # -O1 keeps the frames the reports name and compiles faster than -O3.
+             "-g1", "-O1"]
+    link = [f"-fsanitize={','.join(names)}"]
+    if "undefined" in names:
+        # Every UBSan report aborts (the default prints and goes on, and a test would
+        # pass over it).
+        flags.append("-fno-sanitize-recover=all")
+        # gcc's UBSan runtime linked into the extension, its symbols kept local: as
+        # a library of its own beside the preloaded libasan, its reports ignored
+        # UBSAN_OPTIONS' log_path (its start-up sets the report file through the
+        # exported __sanitizer_set_report_path, which resolves to libasan's) and went
+        # to stderr only, where CI does not look (.ci/sanitizer_canary.py checks it).
+        link += ["-static-libubsan", "-Wl,--exclude-libs,libubsan.a"]
+    print(f"ringcoll: building with -fsanitize={','.join(names)}")
+    return flags, link
+
+
 def _extension():
     # -g0: no debug info; it halves compile time on 2 cores.
     cxx = ["-O3", "-g0", "-Wall", "-Wno-unused-function", "-Wno-attributes"]
+    sanitize, sanitize_link = _sanitize_flags()
+    cxx += sanitize  # later flags win: -g1 -O1 over -g0 -O3
     cuda = _cuda_config()
     if cuda is None:
         sources = [s for s in _sources("**/*.cc") if s not in CUDA_ONLY]
         return cpp_extension.CppExtension(
             name="ringcoll._C", sources=sources, include_dirs=[CSRC],
-            extra_compile_args={"cxx": cxx})
+            extra_compile_args={"cxx": cxx}, extra_link_args=sanitize_link)
     _, nccl_inc, nccl_lib = cuda
     sources = _sources("**/*.cc") + _sources("**/*.cu")
     print(f"ringcoll: building the CUDA variant (archs {os.environ['TORCH_CUDA_ARCH_LIST']}, "
@@ -126,7 +177,8 @@ def _extension():
                             "nvcc": ["-O3", "-DRINGCOLL_WITH_CUDA=1"]},
         # The wheel ships libnccl.so.2 only (no libnccl.so): link it by file name
         # and find it at run time through an rpath.
-        extra_link_args=[f"-L{nccl_lib}", "-l:libnccl.so.2", f"-Wl,-rpath,{nccl_lib}"])
+        extra_link_args=[f"-L{nccl_lib}", "-l:libnccl.so.2", f"-Wl,-rpath,{nccl_lib}"]
+        + sanitize_link)
 
 
 def _record_torch_version():

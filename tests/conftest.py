@@ -24,24 +24,52 @@ def transport(request):
 
 
 # Sharding for CI (.ci/run). With CI_TEST_SHARD=k/N only shard k (0 <= k < N) runs:
+# - the files in SANITIZED run whole in shard 0, which CI runs on a build with
+#   AddressSanitizer and UndefinedBehaviorSanitizer (.ci/run, setup.py's
+#   RINGCOLL_SANITIZE): the backend's threads, failures, teardown and
+#   point-to-point, the op, the Python algorithms and the soak run sanitized in
+#   every CI run;
 # - a test marked `every_torch` (a module's pytestmark, or one test) runs in every
 #   shard: it checks what changes with the torch version (autoload, the flight
 #   recorder, the op and its dispatcher routes, compile, DDP, FSDP2, the build); of
 #   a parametrized one, the first parameter set runs in every shard and the others
 #   as below (the grid checks world sizes and transports, the same on every torch);
-# - every other test runs in exactly one shard, chosen by a hash of its id.
+# - every other test runs in exactly one shard, chosen by a hash of its id: one of
+#   shards 1..N-1, or shard 0 for the share SHARD0_SHARE of them (the sanitized
+#   files make shard 0 long: its tests run 2-4 times slower under the sanitizers).
 # CI runs shard k/3 on its k-th torch, so every test runs at least once per CI run
 # and the torch-dependent ones on every torch; left-out tests are reported as
 # deselected. (CI_TEST_SHARD is not a RINGCOLL_ name: the test processes inherit
 # this environment, and ringcoll warns about RINGCOLL_ names it does not know.)
+SANITIZED = (
+    "test_stream.py", "test_stream_p2p.py", "test_failures.py", "test_p2p.py",
+    "test_ops.py", "test_python_algorithms.py", "test_soak.py",
+)
+# Of the other tests, the share shard 0 runs, in 1/SHARD0_SHARE[1] parts (measured:
+# docs/TESTS.md's CI section).
+SHARD0_SHARE = (0, 16)
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "every_torch: run in every CI shard (what it checks "
                                        "depends on the torch version)")
 
 
+def _shard_of(nodeid, n):
+    """The shard that runs a test that is neither sanitized nor every_torch."""
+    import zlib
+
+    h = zlib.crc32(nodeid.encode())
+    if n == 1:
+        return 0
+    parts, whole = SHARD0_SHARE
+    if h % whole < parts:
+        return 0
+    return 1 + (h // whole) % (n - 1)
+
+
 def pytest_collection_modifyitems(config, items):
     import os
-    import zlib
 
     spec = os.environ.get("CI_TEST_SHARD", "")
     if not spec:
@@ -53,13 +81,15 @@ def pytest_collection_modifyitems(config, items):
         raise pytest.UsageError(f"CI_TEST_SHARD={spec!r}: expected k/N with 0 <= k < N")
     keep, drop, seen = [], [], set()
     for item in items:
-        function = (item.nodeid.split("::")[0], getattr(item, "originalname", item.name))
+        path = item.nodeid.split("::")[0]
+        function = (path, getattr(item, "originalname", item.name))
         everywhere = item.get_closest_marker("every_torch") is not None and function not in seen
         seen.add(function)
-        if not everywhere and zlib.crc32(item.nodeid.encode()) % n != k:
-            drop.append(item)
+        if os.path.basename(path) in SANITIZED:
+            run = k == 0 or everywhere
         else:
-            keep.append(item)
+            run = everywhere or _shard_of(item.nodeid, n) == k
+        (keep if run else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

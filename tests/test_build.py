@@ -49,6 +49,14 @@ def test_cuda_home_without_headers_is_named(tmp_path):
         r.stderr + r.stdout)
 
 
+@pytest.mark.parametrize("value", ["adress", "address,thread", "thread,undefined"])
+def test_bad_ringcoll_sanitize_value(value):
+    r = _setup({"RINGCOLL_SANITIZE": value})
+    assert r.returncode != 0
+    assert (f"RINGCOLL_SANITIZE='{value}' must be a comma-separated list of address, "
+            "undefined, thread, with thread alone") in r.stderr + r.stdout
+
+
 def test_forced_cpu_variant_is_accepted():
     r = _setup({"RINGCOLL_CUDA": "0"})
     assert r.returncode == 0, r.stderr

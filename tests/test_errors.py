@@ -148,8 +148,10 @@ def test_stray_variable_is_ignored_with_one_warning(monkeypatch, capfd):
     with pytest.raises(RuntimeError, match=f"unknown ringcoll knob {name}: did you mean"):
         _C.knobs({name: "x"})
     monkeypatch.delenv(name)
-    for own in ("RINGCOLL_CI_CACHE", "RINGCOLL_CUDA", "RINGCOLL_MODEL", "RINGCOLL_ALGO_MODULES"):
-        monkeypatch.setenv(own, "/tmp/x" if own != "RINGCOLL_CUDA" else "0")
+    for own, value in (("RINGCOLL_CI_CACHE", "/tmp/x"), ("RINGCOLL_CUDA", "0"),
+                       ("RINGCOLL_SANITIZE", "address,undefined"), ("RINGCOLL_MODEL", "/tmp/x"),
+                       ("RINGCOLL_ALGO_MODULES", "/tmp/x")):
+        monkeypatch.setenv(own, value)
     assert _C.knobs({}).startswith("RINGCOLL_ALGO=ring")
     assert "RINGCOLL_" not in capfd.readouterr().err
 

@@ -33,7 +33,8 @@ const std::vector<std::string>& knownNames() {
 // the build's (setup.py), Python's (ringcoll.model, the creator), CI's (.ci/run), and
 // the process's debug checks (common/locks.h, read once per process).
 const std::vector<std::string>& readElsewhere() {
-  static const std::vector<std::string> names = {"RINGCOLL_CUDA", "RINGCOLL_MODEL",
+  static const std::vector<std::string> names = {"RINGCOLL_CUDA", "RINGCOLL_SANITIZE",
+                                                 "RINGCOLL_MODEL",
                                                  "RINGCOLL_CI_CACHE", "RINGCOLL_ALGO_MODULES",
                                                  "RINGCOLL_CHECKS"};
   return names;

@@ -173,8 +173,9 @@
 // schedules/select.h.)
 //
 // A RINGCOLL_* name that is not a knob (docs/KNOBS.md, "Unknown variables"):
-// - the project's own variables that the backend does not read (RINGCOLL_CUDA for
-//   the build, RINGCOLL_MODEL for Python, RINGCOLL_CI_CACHE for CI) pass silently;
+// - the project's own variables that the backend does not read (RINGCOLL_CUDA and
+//   RINGCOLL_SANITIZE for the build, RINGCOLL_MODEL for Python, RINGCOLL_CI_CACHE
+//   for CI) pass silently;
 // - in the environment, a name within two edits of a knob (RINGCOLL_ALOG) is an
 //   error naming that knob: a typo must never run the default silently;
 // - in the environment, any other name is ignored with one warning per process on
