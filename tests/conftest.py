@@ -27,7 +27,8 @@ def transport(request):
 # - the files in SANITIZED run whole in shard 0, which CI runs on a build with
 #   AddressSanitizer and UndefinedBehaviorSanitizer (.ci/run, setup.py's
 #   RINGCOLL_SANITIZE): the backend's threads, failures, teardown and
-#   point-to-point, the op, the Python algorithms and the soak run sanitized in
+#   point-to-point, the op, the Python algorithms, the soak and what programs do
+#   (test_programs: polling, callbacks, threads, abort) run sanitized in
 #   every CI run;
 # - a test marked `every_torch` (a module's pytestmark, or one test) runs in every
 #   shard: it checks what changes with the torch version (autoload, the flight
@@ -43,7 +44,7 @@ def transport(request):
 # this environment, and ringcoll warns about RINGCOLL_ names it does not know.)
 SANITIZED = (
     "test_stream.py", "test_stream_p2p.py", "test_failures.py", "test_p2p.py",
-    "test_ops.py", "test_python_algorithms.py", "test_soak.py",
+    "test_ops.py", "test_python_algorithms.py", "test_soak.py", "test_programs.py",
 )
 # Of the other tests, the share shard 0 runs, in 1/SHARD0_SHARE[1] parts (measured:
 # docs/TESTS.md's CI section).
