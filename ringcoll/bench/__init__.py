@@ -474,12 +474,11 @@ def emit(rows, args, meta):
               "wait, calls back to back; an event's time is when the GPU reaches it, so "
               "host work a backend does before its first GPU command may fall outside "
               "(benchmarks/gpu_host_cost.py times the same calls on the host clock)")
+    print(report.legend(rows))
     print()
     print(report.tables(rows))
     comp = report.comparison_table(rows)
     if comp:
-        print("# ringcoll busbw / baseline busbw = baseline time / ringcoll time (in-place "
-              "where the collective has it); min-max over the paired runs")
         print(comp)
     for path in (args.json, args.csv, args.plot):
         if path and os.path.dirname(path):
