@@ -38,7 +38,12 @@ cell of the summary is the median over repetitions, with their min-max; a ratio
 repetitions is given. After each turn every rank runs one more call on inputs
 rank + 1, which must give p(p+1)/2 exactly in every element (`wrong` counts those
 that do not). OMP_NUM_THREADS=1 everywhere; ranks are pinned as each library
-pins them by default (--pin changes that) and each rank's CPUs are recorded.
+pins them by default (--pin changes that) and each rank's CPUs are recorded. Under
+load that default is not neutral: Open MPI and Intel MPI pin a rank per core, torch
+does not, and two unpinned ranks that share a core wait for each other's time
+slice (here at load 5: rc.op 145 us at 8 B unpinned, 3.9 us with --pin cores;
+Intel MPI 2.7 either way). A quiet machine is the comparison's premise; the load
+is recorded per repetition.
 
 Output (stdout and PREFIX.txt; PREFIX.json has every turn, PREFIX.csv one line per
 turn, PREFIX.png the times and ratios against size): the machine, versions and
