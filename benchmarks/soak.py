@@ -47,8 +47,7 @@ errors that came later than the group's timeout allows, and rounds that left ent
 in /dev/shm; --out writes it as JSON with the command, machine, torch and ringcoll
 versions and the seed. The exit status is 1 when anything but a clear, caused error
 happened. A round's calls are a function of (--seed, its number and the knobs); a
-failure prints the command that reruns its round alone (--only-round). --avoid steers
-clear of defects already filed, so that a long run finds the next one.
+failure prints the command that reruns its round alone (--only-round).
 """
 
 from __future__ import annotations
@@ -95,22 +94,10 @@ class Knobs:
     window: int = 6  # calls issued before a thread completes them, at most
     pg_timeout_s: float = 15.0  # every group's timeout: the bound on a survivor's error
     stall_s: float = 45.0  # no progress this long (> pg_timeout_s) is a hang
-    avoid: tuple = ()  # defects filed already, steered clear of (AVOIDABLE)
     only_round: int | None = None  # run this round alone (a failure's rerun)
     out: str | None = None  # the JSON summary's path
     inject: tuple = ()  # tests of the harness itself: hang, wrong, crash (round 0)
 
-
-# Defects already filed that --avoid steers clear of, so a long run finds new ones.
-AVOIDABLE = {
-    "poll-stream": "issue 47 item 1: no tight is_completed() loop on the stream transport",
-    "auto-one-rank": "issue 47 item 2: no RINGCOLL_ALGO=auto for a group of one rank",
-    "auto-stream": "issue 47 item 2's twin: no RINGCOLL_ALGO=auto on the stream transport",
-    "barrier-stream": "a barrier (no tensor: the CPU path) overtakes the stream path's "
-                      "calls: no barrier on the stream transport",
-    "wait-in-callback": "a callback that waits for a call on its own group deadlocks "
-                        "the group's worker: no chain waits inside a callback",
-}
 
 # How a window of calls is completed (weights), per rank.
 MODES = {"wait": 3, "reverse": 1, "shuffle": 1, "poll": 3, "poll_all": 1, "future": 1,
@@ -153,8 +140,6 @@ def parse_args(argv) -> Knobs:
     ap.add_argument("--round-ops", type=int, default=d.round_ops)
     ap.add_argument("--pg-timeout-s", type=float, default=d.pg_timeout_s)
     ap.add_argument("--stall-s", type=float, default=d.stall_s)
-    ap.add_argument("--avoid", default="", help="comma-separated: " + "; ".join(
-        f"{k} ({v})" for k, v in AVOIDABLE.items()))
     ap.add_argument("--only-round", type=int, default=None)
     ap.add_argument("--out", default=None, help="write the summary as JSON here")
     ap.add_argument("--inject", default="",
@@ -165,7 +150,7 @@ def parse_args(argv) -> Knobs:
               nproc=tuple(int(n) for n in a.nproc.split(",")), threads=a.threads,
               max_bytes=a.max_bytes, events=a.events == "on", round_ops=a.round_ops,
               pg_timeout_s=a.pg_timeout_s, stall_s=a.stall_s,
-              avoid=tuple(x for x in a.avoid.split(",") if x), only_round=a.only_round,
+              only_round=a.only_round,
               out=a.out, inject=tuple(x for x in a.inject.split(",") if x))
     for t in k.transports:
         if t not in ("shm", "gloo", "stream", "auto"):
@@ -178,9 +163,6 @@ def parse_args(argv) -> Knobs:
     for x in k.inject:
         if x not in ("hang", "wrong", "crash"):
             ap.error(f"--inject: {x!r} is not one of hang, wrong, crash")
-    for x in k.avoid:
-        if x not in AVOIDABLE:
-            ap.error(f"--avoid: {x!r} is not one of {', '.join(AVOIDABLE)}")
     if not (k.ops or k.seconds or k.only_round is not None):
         ap.error("give --ops or --seconds a budget")
     return k
@@ -197,9 +179,6 @@ def algorithm_choices(p_group: int, transport: str, knobs: Knobs) -> list:
               "allreduce=twoshot;reducescatter=rhd;allgather=twoshot;barrier=oneshot",
               "allreduce=swing:0-1M,biring;allgather=bruck",
               "allreduce=auto;allgather=auto"]
-    if ((p_group == 1 and "auto-one-rank" in knobs.avoid)
-            or (transport == "stream" and "auto-stream" in knobs.avoid)):
-        names = [n for n in names if not (n and "auto" in n)]
     return names
 
 
@@ -231,7 +210,6 @@ def plan_round(knobs: Knobs, index: int) -> dict:
             "thread_seeds": [rng.getrandbits(62) for _ in range(knobs.threads)],
             "round_ops": knobs.round_ops, "window": knobs.window,
             "max_bytes": knobs.max_bytes, "pg_timeout_s": knobs.pg_timeout_s,
-            "avoid": list(knobs.avoid),
             "inject": list(knobs.inject) if index == (knobs.only_round or 0) else []}
 
 
@@ -458,10 +436,10 @@ def _count(rng, p, itemsize, max_bytes, blocks):
     return min(most, int(2 ** rng.uniform(0, max(0.0, (most).bit_length() - 1))))
 
 
-def draw_spec(rng, gi, group, max_bytes, skip=()) -> Spec:
+def draw_spec(rng, gi, group, max_bytes) -> Spec:
     p = len(group["ranks"])
     kinds = [k for k in KINDS if not (k in P2P and p == 1)
-             and not (k == "p2p_pairs" and p % 2) and k not in skip]
+             and not (k == "p2p_pairs" and p % 2)]
     kind = rng.choices(kinds, [KINDS[k] for k in kinds])[0]
     dtype = rng.choice(_dtypes())
     s = Spec(kind=kind, group=gi, dtype=dtype, n=0, salt=rng.getrandbits(40),
@@ -704,10 +682,6 @@ class RankThread:
         self.chain_done.set()
         self.limit = plan["pg_timeout_s"] + 10  # a Work polled longer than this is stuck
         self.modes = dict(MODES)
-        stream = plan["transport"] == "stream"
-        if stream and "poll-stream" in plan["avoid"]:
-            self.modes.pop("poll"), self.modes.pop("poll_all")
-        self.skip = ("barrier",) if stream and "barrier-stream" in plan["avoid"] else ()
 
     # Outcomes
     def failed(self, spec, seq, e, where, issued_at=None):
@@ -747,7 +721,7 @@ class RankThread:
             for _ in range(self.shared.randint(1, self.plan["window"])):
                 gi = self.shared.choice([i for i in self.mine if i != self.chain_group])
                 spec = draw_spec(self.shared, gi, self.plan["groups"][gi],
-                                 self.plan["max_bytes"], self.skip)
+                                 self.plan["max_bytes"])
                 seq += 1
                 window.append((seq, spec))
             chain_seed = self.shared.getrandbits(62) if self.shared.random() < CHAIN_SHARE \
@@ -854,8 +828,8 @@ class RankThread:
         # How this rank chains: each call from the last one's callback, or (PowerSGD's
         # DDP hook) the rest issued and waited for inside the first one's callback, on
         # the thread that completed it (the chain group's own).
-        inside = [random.Random(seed * 31 + self.rank).random() < WAIT_INSIDE_SHARE
-                  and "wait-in-callback" not in self.plan["avoid"], False]
+        inside = [random.Random(seed * 31 + self.rank).random() < WAIT_INSIDE_SHARE,
+                  False]
         self.chain_done.clear()
         self.stats.add("chains")
         gi = self.chain_group
@@ -865,8 +839,7 @@ class RankThread:
 
             spec = None
             try:
-                spec = draw_spec(rng, gi, self.plan["groups"][gi], self.plan["max_bytes"],
-                                 self.skip)
+                spec = draw_spec(rng, gi, self.plan["groups"][gi], self.plan["max_bytes"])
                 it = self.issue(spec, seq)
                 fut = torch.futures.collect_all([w.get_future() for w in it.works])
             except Exception as e:  # noqa: BLE001 - counted
