@@ -920,7 +920,7 @@ def _event(plan, rank, groups, stats, done, log):
         log["event_error"] = f"{type(e).__name__}: {e}"
 
 
-def _rank_main(rank, plan, tmp, conn, beat, issued):
+def _rank_main(rank, plan, tmp, conn, beat, issued, reported):
     """A rank of the round: the groups, the threads, the event; reports its counts,
     then destroys the groups and exits."""
     import faulthandler
@@ -998,6 +998,17 @@ def _rank_main(rank, plan, tmp, conn, beat, issued):
     if event:
         event.join()
     conn.send(("report", {"counts": stats.c, "samples": stats.samples, **info}))
+    # No rank tears down before every rank's threads are done, as a program ends
+    # with a barrier: a call this rank dropped may still be in flight, and
+    # destroy_process_group lets it finish only while its peers make progress (it
+    # fails one that waited 2 s: docs/FAILURES.md); peers still busy with other
+    # groups' calls on a loaded machine took longer, and the error in a round with
+    # no event counted as uncaused. A round with an event (a killed rank never
+    # reports) waits at most the group's timeout.
+    reported[rank] = 1
+    deadline = time.monotonic() + plan["pg_timeout_s"]
+    while not all(reported) and (not ev or time.monotonic() < deadline):
+        time.sleep(0.01)
     if dist.is_initialized():  # (_abort_process_group of the default group ends it)
         dist.destroy_process_group()
     conn.send(("exited", None))
@@ -1061,9 +1072,10 @@ def run_round(knobs: Knobs, plan: dict, ctx) -> dict:
     with tempfile.TemporaryDirectory(prefix="ringcoll-soak-") as tmp:
         beat = ctx.Array("q", p, lock=False)  # each rank's progress: the watchdog's
         issued = ctx.Array("q", p, lock=False)  # each rank's calls issued: when to kill
+        reported = ctx.Array("q", p, lock=False)  # ranks whose threads are done
         pipes = [ctx.Pipe(duplex=False) for _ in range(p)]
         procs = [ctx.Process(target=_rank_main, args=(r, plan, tmp, pipes[r][1], beat,
-                                                               issued),
+                                                               issued, reported),
                              daemon=True) for r in range(p)]
         for pr in procs:
             pr.start()

@@ -550,6 +550,17 @@ def check_schedules(scheds, collective, p, n, root=0, where="schedule", counts=N
         _fail(f"{where}: {len(scheds)} schedules for {p} ranks")
     if collective == "all_to_all":
         counts = counts or alltoall_counts(p, n)
+    bufs, nsteps, folds = _walk(scheds, collective, p, n, root, counts, where)
+    _check_result(bufs, scheds, collective, p, n, root, where, counts)
+    if collective == "all_reduce":
+        _check_folds(bufs, p, n, where, folds)
+    return nsteps
+
+
+def _walk(scheds, collective, p, n, root, counts, where):
+    """Every rank's buffer set up for the collective (its input runs, then scratch),
+    the schedules' structure checked and their steps walked: (buffers, the number of
+    steps, the folds seen). ScheduleError if they break a rule."""
     bufs = []
     for r, sched in enumerate(scheds):
         runs = _initial(collective, p, n, r, root, counts)
@@ -560,11 +571,7 @@ def check_schedules(scheds, collective, p, n, root=0, where="schedule", counts=N
     nsteps = _check_structure(scheds, p, [b.size for b in bufs], where,
                               [b.size - s.get("scratch", 0) for b, s in zip(bufs, scheds)])
     folds = _Folds(p)
-    bufs = _simulate(scheds, p, bufs, nsteps, where, folds)
-    _check_result(bufs, scheds, collective, p, n, root, where, counts)
-    if collective == "all_reduce":
-        _check_folds(bufs, p, n, where, folds)
-    return nsteps
+    return _simulate(scheds, p, bufs, nsteps, where, folds), nsteps, folds
 
 
 def final_state(scheds, collective, p, n, root=0, counts=None):
@@ -576,17 +583,7 @@ def final_state(scheds, collective, p, n, root=0, counts=None):
     collective = torch_name(collective)
     if collective == "all_to_all":
         counts = counts or alltoall_counts(p, n)
-    bufs = []
-    for r, sched in enumerate(scheds):
-        runs = _initial(collective, p, n, r, root, counts)
-        size = sum(length for length, _ in runs)
-        scratch = sched.get("scratch", 0)
-        bufs.append(_Buf(size + scratch, _with_scratch(runs, size, scratch,
-                                                       sched.get("scratch_copy", True))))
-    nsteps = _check_structure(scheds, p, [b.size for b in bufs], "final_state",
-                              [b.size - s.get("scratch", 0) for b, s in zip(bufs, scheds)])
-    folds = _Folds(p)
-    bufs = _simulate(scheds, p, bufs, nsteps, "final_state", folds)
+    bufs, _, folds = _walk(scheds, collective, p, n, root, counts, "final_state")
     out = []
     for r, buf in enumerate(bufs):
         b, e = scheds[r]["result"]

@@ -24,12 +24,15 @@ def transport(request):
 
 
 # Sharding for CI (.ci/run). With CI_TEST_SHARD=k/N only shard k (0 <= k < N) runs:
-# - the files in SANITIZED run whole in shard 0, which CI runs on a build with
+# - the files in SANITIZED run in shard 0, which CI runs on a build with
 #   AddressSanitizer and UndefinedBehaviorSanitizer (.ci/run, setup.py's
 #   RINGCOLL_SANITIZE): the backend's threads, failures, teardown and
 #   point-to-point, the op, the Python algorithms, the soak and what programs do
-#   (test_programs: polling, callbacks, threads, abort) run sanitized in
-#   every CI run;
+#   (test_programs: polling, callbacks, threads, abort) run sanitized in every CI
+#   run. Each file has a share: (1, 1) runs whole there; (1, k) runs one in k of its
+#   tests, chosen by a hash of the test's id there (the same ones every run), and
+#   the rest in shards 1..N-1 as other tests (the tests run 2-4 times slower under
+#   the sanitizers: all of these files whole made shard 0 alone 17 minutes);
 # - a test marked `every_torch` (a module's pytestmark, or one test) runs in every
 #   shard: it checks what changes with the torch version (autoload, the flight
 #   recorder, the op and its dispatcher routes, compile, DDP, FSDP2, the build); of
@@ -42,10 +45,14 @@ def transport(request):
 # and the torch-dependent ones on every torch; left-out tests are reported as
 # deselected. (CI_TEST_SHARD is not a RINGCOLL_ name: the test processes inherit
 # this environment, and ringcoll warns about RINGCOLL_ names it does not know.)
-SANITIZED = (
-    "test_stream.py", "test_stream_p2p.py", "test_failures.py", "test_p2p.py",
-    "test_ops.py", "test_python_algorithms.py", "test_soak.py", "test_programs.py",
-)
+SANITIZED = {
+    # whole: the lock rule's and the teardown's tests, the soak, the op
+    "test_programs.py": (1, 1), "test_stream_p2p.py": (1, 1), "test_soak.py": (1, 1),
+    "test_ops.py": (1, 1),
+    # a share: grids over transports, world sizes and algorithms
+    "test_stream.py": (1, 2), "test_p2p.py": (1, 2), "test_failures.py": (1, 3),
+    "test_python_algorithms.py": (1, 4),
+}
 # Of the other tests, the share shard 0 runs, in 1/SHARD0_SHARE[1] parts (measured:
 # docs/TESTS.md's CI section).
 SHARD0_SHARE = (0, 16)
@@ -69,8 +76,17 @@ def _shard_of(nodeid, n):
     return 1 + (h // whole) % (n - 1)
 
 
+def _sanitized(nodeid, share):
+    """Whether a test of a SANITIZED file runs in shard 0 (its share, by hash)."""
+    import zlib
+
+    parts, whole = share
+    return zlib.crc32(b"sanitized/" + nodeid.encode()) % whole < parts
+
+
 def pytest_collection_modifyitems(config, items):
     import os
+    import zlib
 
     spec = os.environ.get("CI_TEST_SHARD", "")
     if not spec:
@@ -86,8 +102,11 @@ def pytest_collection_modifyitems(config, items):
         function = (path, getattr(item, "originalname", item.name))
         everywhere = item.get_closest_marker("every_torch") is not None and function not in seen
         seen.add(function)
-        if os.path.basename(path) in SANITIZED:
+        share = SANITIZED.get(os.path.basename(path))
+        if share is not None and _sanitized(item.nodeid, share):
             run = k == 0 or everywhere
+        elif share is not None:
+            run = everywhere or n == 1 or 1 + zlib.crc32(item.nodeid.encode()) % (n - 1) == k
         else:
             run = everywhere or _shard_of(item.nodeid, n) == k
         (keep if run else drop).append(item)

@@ -561,13 +561,18 @@ void StreamPath::watchdog() {
   settleOnCallbacks(lock);
 }
 
-void StreamPath::settleOnCallbacks(std::unique_lock<Mutex>& lock) {
-  if (retired_.empty() && failed_.empty()) return;
+std::vector<c10::intrusive_ptr<StreamWork>> StreamPath::takeSettled() {
   std::vector<c10::intrusive_ptr<StreamWork>> done;
   done.swap(retired_);
   done.insert(done.end(), std::make_move_iterator(failed_.begin()),
               std::make_move_iterator(failed_.end()));
   failed_.clear();
+  return done;
+}
+
+void StreamPath::settleOnCallbacks(std::unique_lock<Mutex>& lock) {
+  if (retired_.empty() && failed_.empty()) return;
+  auto done = takeSettled();
   lock.unlock();
   callbacks_.post([done = std::move(done)]() mutable {
     for (auto& w : done) w->settle();
@@ -578,11 +583,7 @@ void StreamPath::settleOnCallbacks(std::unique_lock<Mutex>& lock) {
 
 void StreamPath::settle(std::unique_lock<Mutex>& lock) {
   while (!retired_.empty() || !failed_.empty()) {
-    std::vector<c10::intrusive_ptr<StreamWork>> done;
-    done.swap(retired_);
-    done.insert(done.end(), std::make_move_iterator(failed_.begin()),
-                std::make_move_iterator(failed_.end()));
-    failed_.clear();
+    auto done = takeSettled();
     lock.unlock();
     for (auto& w : done) w->settle();
     done.clear();  // the last references may be these: unlocked (common/locks.h)

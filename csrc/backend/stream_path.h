@@ -114,6 +114,9 @@ class StreamPath {
   // that waits for a later collective of this path (which this watchdog must
   // retire or time out) does not block the watchdog (common/callbacks.h).
   void settleOnCallbacks(std::unique_lock<Mutex>& lock);
+  // Under mutex_: retired_ and failed_ moved out, oldest first (what settle() and
+  // settleOnCallbacks() complete once they have unlocked).
+  std::vector<c10::intrusive_ptr<StreamWork>> takeSettled();
   const std::shared_ptr<StreamDevice> device_;
   const int rank_;
   const int size_;
