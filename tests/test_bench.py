@@ -223,7 +223,84 @@ def test_tables_and_comparison_with_spread():
     assert all(c["ratio_min"] == pytest.approx(4 / 3) for c in comp)
     assert all(c["ratio_max"] == pytest.approx(4.0) for c in comp)
     table = report.comparison_table(rows)
-    assert "busbw ratio" in table and "1.33-4.00" in table
+    assert "1.33-4.00" in table and "above 1, ringcoll is faster" in table.splitlines()[0]
+
+
+def test_counts_for_gives_each_measured_size_one_row():
+    """Two sizes of a sweep that round to one element count are one point: the size
+    nearest the bytes measured runs it, the other says where its point is (p = 4
+    printed all-gather's and reduce-scatter's 16 B row twice: 8 B rounds up to one
+    float32 per rank)."""
+    sizes = records.sweep(8, 64, 2)
+    for coll in ("all_gather", "reduce_scatter"):
+        plan = records.counts_for(records.RECORDS[coll], sizes, 4, 4, "float32")
+        assert {s: c for s, (c, _) in plan.items()} == {8: 4, 16: 4, 32: 8, 64: 16}
+        assert [s for s, (_, why) in plan.items() if why] == [8]
+        assert plan[8][1] == ("at p=4 8 B rounds up to 16 B (one float32 element per rank "
+                              "at least), measured in the 16 B row")
+    # p = 3: 8 B -> 12 B and 16 B -> 12 B; the tie goes to the smaller size
+    plan = records.counts_for(records.RECORDS["all_gather"], sizes, 3, 4, "float32")
+    assert plan[8] == (3, "") and plan[32] == (6, "") and plan[64] == (15, "")
+    assert "16 B rounds down to 12 B (a whole number of float32 elements per rank)" \
+        in plan[16][1]
+    # all-reduce: one element per count, no per-rank rounding; 1 and 2 B round up to 4
+    plan = records.counts_for(records.RECORDS["all_reduce"], [1, 2, 4, 8], 4, 4)
+    assert plan[4] == (1, "") and plan[8] == (2, "")
+    assert plan[1][1].startswith("at p=4 1 B rounds up to 4 B (one element at least)")
+    assert plan[2][1].startswith("at p=4 2 B rounds up to 4 B")
+    assert all(why == "" for _, why in records.counts_for(
+        records.RECORDS["all_gather"], sizes, 2, 4).values())
+
+
+def test_legend_explains_every_column_and_factor():
+    rows = _rows()
+    text = report.legend(rows)
+    for word in ("size ", "count ", "type ", "redop", "root ", "-1: the collective has no root",
+                 "out-of-place | in-place", "time(us)", "min-max(us)", "algbw ", "busbw ",
+                 "#wrong", "higher is better", "lower is better"):
+        assert word in text, word
+    assert "all_reduce 2(p-1)/p (1.00 at p=2)" in text
+    assert "all_gather (p-1)/p (0.50 at p=2)" in text
+    assert "reduce_scatter (p-1)/p" not in text  # only the collectives of the run
+
+
+def test_a_size_that_is_another_rows_prints_its_reason():
+    rows = _rows()
+    for backend in ("ringcoll", "gloo"):
+        rows.append({"backend": backend, "collective": "all_gather", "nproc": 2,
+                     "device": "cpu", "transport": None, "dtype": "float32", "op": "none",
+                     "size": 4, "count": None, "root": -1, "oop": None, "ip": None,
+                     "skipped": "at p=2 4 B rounds up to 8 B"})
+    text = report.tables(rows)
+    assert text.count("# 4 B: skipped: at p=2 4 B rounds up to 8 B") == 2
+    assert sum(1 for ln in text.splitlines() if ln.split()[:2] == ["4", "-"]) == 2
+    table = report.comparison_table(rows)
+    assert "skipped: at p=2 4 B rounds up to 8 B" in table
+    assert len(report.comparison(rows)) == 4  # no ratio for it
+
+
+def test_size_labels_read_in_binary_units():
+    assert [records.human(n) for n in (8, 1024, 1536, 64 << 20, 2 << 30)] == \
+        ["8 B", "1 KiB", "1.5 KiB", "64 MiB", "2 GiB"]
+    sweep = records.sweep(8, 64 << 20, 2)
+    ticks = report.size_ticks(sweep)
+    assert ticks[0] == 8 and ticks[-1] == 64 << 20 and len(ticks) <= 10
+    assert report.size_ticks([8, 16, 8]) == [8, 16]
+
+
+def test_plot_axis_labels(tmp_path, monkeypatch):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    saved = []
+    monkeypatch.setattr(plt, "close", lambda fig: saved.append(fig))
+    report.write_plot(tmp_path / "r.png", _rows(), title="t")
+    fig = saved[0]
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["8 B", "1 KiB"]
+    assert "higher is better" in ax.get_ylabel()
+    assert "higher is better" in fig._suptitle.get_text()
 
 
 def test_ratio_spread_pairs_runs_or_falls_back_to_widest_bounds():
@@ -356,6 +433,23 @@ def test_every_collective_end_to_end(tmp_path, capsys):
     assert {r["root"] for r in rows if records.RECORDS[r["collective"]].rooted} == {0}
     assert set(report.plot_series(rows)) == set(records.RECORDS)
     assert (tmp_path / "ringcoll-bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_no_size_is_measured_twice(tmp_path, capsys):
+    """At p = 3 all-gather's 8 B and 16 B steps both round to 3 float32 elements
+    (12 B): one row measures it, the other says so, in the tables and the JSON."""
+    rc = main(["-b", "8", "-e", "16", "-f", "2", "--nproc", "3", "--budget", "0.01",
+               "-n", "2", "-R", "1", "-w", "1", "--collectives", "all_gather",
+               "--backends", "ringcoll", "--out", str(tmp_path), "--plot", ""])
+    assert rc == 0
+    out = capsys.readouterr().out
+    rows = json.loads((tmp_path / "ringcoll-bench.json").read_text())["results"]
+    assert [(r["size"], r["count"], bool(r["ip"])) for r in rows] == [(12, 3, True),
+                                                                      (16, None, False)]
+    assert "at p=3 16 B rounds down to 12 B" in rows[1]["skipped"]
+    table = [ln.split() for ln in out.splitlines() if ln[:1] == " "]
+    assert [t[0] for t in table if t[0].isdigit() and len(t) > 10] == ["12", "16"]
+    assert "# 16 B: skipped: at p=3 16 B rounds down to 12 B" in out
 
 
 def test_a_point_the_algorithm_does_not_serve_is_skipped(tmp_path, capsys, monkeypatch):

@@ -8,8 +8,9 @@
 Sweeps sizes for all-reduce, reduce-scatter and all-gather (--collectives: also
 broadcast, reduce, gather, scatter, all-to-all, or all); runs ringcoll and the
 baseline (gloo on CPU; NCCL and NCCL with NCCL_ALGO=Ring on GPU) in the same run;
-prints a table per backend and a comparison table (ringcoll busbw / baseline
-busbw); writes JSON, CSV and a PNG plot.
+prints what every column means, a table per backend and a comparison table
+(baseline time / ringcoll time = ringcoll busbw / baseline busbw: above 1, ringcoll
+is faster); writes JSON, CSV and a PNG plot (busbw against size, higher is better).
 
 Method (ringcoll/bench/runner.py has the details and the reasons): every call is
 issued and waited for on its own and timed alone. Per point (size, collective,
@@ -474,12 +475,11 @@ def emit(rows, args, meta):
               "wait, calls back to back; an event's time is when the GPU reaches it, so "
               "host work a backend does before its first GPU command may fall outside "
               "(benchmarks/gpu_host_cost.py times the same calls on the host clock)")
+    print(report.legend(rows))
     print()
     print(report.tables(rows))
     comp = report.comparison_table(rows)
     if comp:
-        print("# ringcoll busbw / baseline busbw = baseline time / ringcoll time (in-place "
-              "where the collective has it); min-max over the paired runs")
         print(comp)
     for path in (args.json, args.csv, args.plot):
         if path and os.path.dirname(path):

@@ -292,6 +292,42 @@ def count_for(record: Record, size: int, p: int, elem: int) -> int:
     return n
 
 
+def counts_for(record: Record, sizes: list[int], p: int, elem: int,
+               dtype: str = "") -> dict[int, tuple[int, str]]:
+    """{requested size: (count, why not)} over a sweep: the count each size runs
+    (count_for), or, where two sizes of the sweep round to the same count, why this
+    one is not run (""  where it is). The size measured is count x elem bytes; of the
+    sizes that round to it, the one nearest it runs and the others say where their
+    point is, so no size is printed twice (at p = 4 an all-gather of 8 B float32 is
+    one element per rank, 16 B: the 8 B and 16 B steps are one point)."""
+    out, by_count = {}, {}
+    for size in sizes:
+        by_count.setdefault(count_for(record, size, p, elem), []).append(size)
+    for count, group in by_count.items():
+        nbytes = count * elem
+        keep = min(group, key=lambda s: (abs(s - nbytes), s))
+        for size in group:
+            if size == keep:
+                out[size] = (count, "")
+                continue
+            kind = f"{dtype} element" if dtype else "element"
+            per_rank = " per rank" if record.count_multiple_of_p else ""
+            how = (f"rounds up to {human(nbytes)} (one {kind}{per_rank} at least)"
+                   if nbytes > size else
+                   f"rounds down to {human(nbytes)} (a whole number of {kind}s{per_rank})")
+            out[size] = (count, f"at p={p} {human(size)} {how}, measured in the "
+                                f"{human(nbytes)} row")
+    return out
+
+
+def human(nbytes: int) -> str:
+    """Bytes in binary units, as the tables and plots print sizes: 8 B, 64 KiB, 1.5 MiB."""
+    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= k:
+            return f"{nbytes / k:g} {unit}"
+    return f"{nbytes} B"
+
+
 def count_wrong(output: torch.Tensor, expected: torch.Tensor) -> int:
     """nccl-tests' #wrong: elements that differ from the exact expected result."""
     return int((output != expected).sum().item())

@@ -16,6 +16,8 @@ import csv
 import json
 from collections import defaultdict
 
+from .records import bus_factor, human
+
 BASELINE = {"cpu": "gloo", "cuda": "nccl"}
 _COLS = ("time_us", "time_min_us", "time_max_us", "algbw", "busbw", "busbw_min",
          "busbw_max", "calls", "wrong")
@@ -47,17 +49,66 @@ def tables(rows) -> str:
         out.append(f"#{'':>45} {'out-of-place':^53} | {'in-place':^53}")
         out.append(f"#{'size':>11} {'count':>11} {'type':>9} {'redop':>6} {'root':>4} "
                    f"{head} | {head}")
+        run = [r for r in rs if not r.get("skipped")]
         for key, name in (("oop", "out-of-place"), ("ip", "in-place")):
-            if all(r[key] is None for r in rs if not r.get("skipped")):  # why all '-'
+            if run and all(r[key] is None for r in run):  # why all '-'
                 out.append(f"# {name}: - (torch's {coll} has no {name} form)")
         for r in rs:
             if r.get("skipped"):
                 out.append(f"# {r['size']} B: skipped: {r['skipped']}")
         for r in sorted(rs, key=lambda r: r["size"]):
-            out.append(f" {r['size']:11d} {r['count']:11d} {r['dtype']:>9} {r['op']:>6} "
+            count = "-" if r["count"] is None else r["count"]
+            out.append(f" {r['size']:11d} {count:>11} {r['dtype']:>9} {r['op']:>6} "
                        f"{r['root']:4d} {_cell(r['oop'])} | {_cell(r['ip'])}")
         out.append("")
     return "\n".join(out)
+
+
+# What each collective's size is the bytes of (records: the larger buffer).
+_SIZE_OF = {"all_reduce": "the tensor", "broadcast": "the tensor", "reduce": "the tensor",
+            "all_gather": "the gathered output (p blocks)",
+            "reduce_scatter": "the input (p blocks)", "gather": "the root's output (p blocks)",
+            "scatter": "the root's input (p blocks)", "all_to_all": "what a rank sends"}
+_FACTOR = {"all_reduce": "2(p-1)/p", "reduce_scatter": "(p-1)/p", "all_gather": "(p-1)/p",
+           "gather": "(p-1)/p", "scatter": "(p-1)/p", "all_to_all": "(p-1)/p",
+           "broadcast": "1", "reduce": "1"}
+
+
+def legend(rows) -> str:
+    """What every column of tables() and comparison_table() means, for the
+    collectives and world sizes in `rows`: printed once above the tables."""
+    colls = list(dict.fromkeys(r["collective"] for r in rows))
+    ps = sorted({r["nproc"] for r in rows})
+    lines = [
+        "# How to read the tables (nccl-tests' layout; one table per backend, collective and "
+        "world size p):",
+        "#   size     bytes of the collective's larger buffer: " + "; ".join(
+            f"{c}: {_SIZE_OF[c]}" for c in colls),
+        "#   count    elements in that buffer (a whole number per rank; '-': the row is "
+        "another size's, the line above it says which)",
+        "#   type     element type; redop: the reduction (none: the collective reduces "
+        "nothing)",
+        "#   root     the root rank of broadcast, reduce, gather and scatter (0); -1: the "
+        "collective has no root (all ranks get the result)",
+        "#   out-of-place | in-place: the output in a buffer of its own | the output over "
+        "the input (all_gather: the input is the rank's block of the output; "
+        "reduce_scatter: the output is the rank's block of the input); '-': torch has no "
+        "such form of the call",
+        "#   time(us) one call, issued and waited for alone: the median over the runs of the "
+        "slowest rank's median call; lower is better",
+        "#   min-max(us) the fastest and the slowest run",
+        "#   algbw    size / time in GB/s (1 GB = 1e9 bytes; 0.000: below 0.0005, read the "
+        "time); higher is better",
+        "#   busbw    algbw x a factor of the collective and p, the rate each rank's link "
+        "carries in a ring (nccl-tests' PERFORMANCE.md), comparable across collectives and "
+        "world sizes; higher is better. Factor: " + "; ".join(
+            f"{c} {_FACTOR[c]}" + (" (" + ", ".join(f"{bus_factor(c, p):.2f} at p={p}"
+                                                     for p in ps) + ")"
+                                   if _FACTOR[c] != "1" else "") for c in colls),
+        "#   #wrong   elements that differ from the exact expected result, checked after "
+        "the timed calls on fresh inputs (0: exact)",
+    ]
+    return "\n".join(lines)
 
 
 def _best(m_oop, m_ip):
@@ -106,24 +157,27 @@ def comparison(rows) -> list[dict]:
 
 
 def comparison_table(rows) -> str:
+    """The comparison, with a heading that says which way is better, and a line per
+    point that has no ratio saying why."""
     comp = comparison(rows)
     if not comp:
         return ""
-    lines = [f"{'collective':>15} {'nproc':>5} {'size':>10} {'baseline':>9} "
-             f"{'ringcoll us':>12} {'base us':>12} {'busbw ratio':>12} {'min-max':>13}"]
+    lines = ["# ratio = baseline time / ringcoll time = ringcoll busbw / baseline busbw, "
+             "in-place where the collective has it: above 1, ringcoll is faster (2.00: in "
+             "half the time); below 1, the baseline is; min-max: the lowest and highest "
+             "ratio over the paired runs",
+             f"{'collective':>15} {'nproc':>5} {'size':>10} {'baseline':>9} "
+             f"{'ringcoll us':>12} {'base us':>12} {'ratio':>8} {'min-max':>13}"]
     for c in comp:
         spread = f"{c['ratio_min']:.2f}-{c['ratio_max']:.2f}"
         lines.append(f"{c['collective']:>15} {c['nproc']:5d} {human(c['size']):>10} "
                      f"{c['baseline']:>9} {c['ringcoll_time_us']:12.1f} "
-                     f"{c['baseline_time_us']:12.1f} {c['ratio']:12.2f} {spread:>13}")
+                     f"{c['baseline_time_us']:12.1f} {c['ratio']:8.2f} {spread:>13}")
+    for r in rows:  # points with no ratio
+        if r["backend"] == "ringcoll" and r.get("skipped"):
+            lines.append(f"{r['collective']:>15} {r['nproc']:5d} {human(r['size']):>10} "
+                         f"{'-':>9} skipped: {r['skipped']}")
     return "\n".join(lines)
-
-
-def human(nbytes: int) -> str:
-    for unit, k in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if nbytes >= k:
-            return f"{nbytes / k:g}{unit}"
-    return f"{nbytes}B"
 
 
 def write_json(path, rows, meta) -> None:
@@ -168,6 +222,16 @@ def plot_series(rows) -> dict:
     return out
 
 
+def size_ticks(sizes, most=9) -> list[int]:
+    """Sizes to label on the x axis (in B / KiB / MiB): every one of the sweep when
+    there are at most `most`, else every k-th, with the largest always labelled."""
+    xs = sorted(set(sizes))
+    if len(xs) <= most:
+        return xs
+    ticks = xs[::-(-(len(xs) - 1) // (most - 1))]
+    return ticks if ticks[-1] == xs[-1] else ticks + [xs[-1]]
+
+
 _COLORS = {"ringcoll": "tab:blue", "gloo": "tab:orange", "nccl": "tab:green",
            "nccl-ring": "tab:red"}
 _STYLES = [("-", "o"), ("--", "s"), (":", "^"), ("-.", "D")]
@@ -181,6 +245,7 @@ def write_plot(path, rows, title="", memcpy_gbps=None) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullLocator
 
     panels = plot_series(rows)
     series = [s for ss in panels.values() for s in ss]
@@ -201,12 +266,16 @@ def write_plot(path, rows, title="", memcpy_gbps=None) -> None:
                        label=f"memcpy 1 core {memcpy_gbps:.1f} GB/s")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xlabel("size (bytes)")
+        ticks = size_ticks([x for s in ss for x in s["sizes"]])
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticks(ticks, [human(t) for t in ticks], rotation=45, ha="right")
+        ax.set_xlabel("size (the collective's larger buffer)")
         ax.set_title(coll)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("busbw (GB/s); band: min-max of runs")
-    fig.suptitle(title or "busbw by message size")
+    axes[0][0].set_ylabel("busbw (GB/s), higher is better; band: min-max of runs")
+    fig.suptitle((title + "; " if title else "") + "busbw by size, higher is better")
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)

@@ -257,17 +257,26 @@ def sweep(args, device, meta, log=print):
     groups = make_groups(args.backends, device, args.algo, args.transport)
     dev = torch.device(device, torch.cuda.current_device()) if device == "cuda" else "cpu"
     rows = []
-    for size in records.sweep(args.minbytes, args.maxbytes, args.stepfactor):
+    sizes = records.sweep(args.minbytes, args.maxbytes, args.stepfactor)
+    plans = {coll: records.counts_for(records.RECORDS[coll], sizes, p, elem, args.dtype)
+             for coll in args.collectives}
+    for size in sizes:
         line = []
         for coll in args.collectives:
             rec = records.RECORDS[coll]
-            count = records.count_for(rec, size, p, elem)
+            count, same_as = plans[coll][size]
             point = {b: {"backend": b, "collective": coll, "nproc": p, "device": device,
                          "transport": args.transport if b.startswith("ringcoll") else None,
                          "dtype": args.dtype, "op": args.op if rec.reduces else "none",
                          "size": count * elem, "count": count,
                          "root": records.ROOT if rec.rooted else -1,
                          "oop": None, "ip": None} for b in groups}
+            if same_as:  # another size of the sweep runs this count: one row, not two
+                for row in point.values():
+                    row.update(size=size, count=None, skipped=same_as)
+                    line.append(f"{row['backend']} {coll} skipped")
+                rows += point.values()
+                continue
             for b in groups:  # an algorithm that declares it does not serve this point
                 why = not_served(b, args, coll, p, count, count * elem)
                 if why:
