@@ -925,32 +925,27 @@ def table(summary, columns, notes=None) -> str:
             cols = [c for c in columns if any(s["column"] == c for s in ss)]
             sizes = sorted({s["size"] for s in ss})
             out.append(f"# all-reduce {dtype} sum, in place, p = {p}: us per call")
-            out.append(f"{'size':>8} " + " ".join(f"{c:>19}" for c in cols))
-            for size in sizes:
-                line = []
-                for c in cols:
-                    s = next((s for s in ss if s["size"] == size and s["column"] == c), None)
-                    if s is None or "median_us" not in s:
-                        line.append(f"{_why(ss, size, c, notes):>19}")
-                        continue
-                    cell = (f"{us(s['median_us'])} ({us(s['lo_us'])}-{us(s['hi_us'])})"
-                            + ("!" if s["wrong"] else ""))
-                    line.append(f"{cell:>19}")
-                out.append(f"{human(size):>8} " + " ".join(line))
+            def rows(cols, width, key, cell):
+                """One row per size: each column's cell, or why it has none."""
+                out.append(f"{'size':>8} " + " ".join(f"{c:>{width}}" for c in cols))
+                for size in sizes:
+                    line = []
+                    for c in cols:
+                        s = next((s for s in ss if s["size"] == size and s["column"] == c),
+                                 None)
+                        text = (_why(ss, size, c, notes) if s is None or key not in s
+                                else cell(s))
+                        line.append(f"{text:>{width}}")
+                    out.append(f"{human(size):>8} " + " ".join(line))
+
+            rows(cols, 19, "median_us",
+                 lambda s: f"{us(s['median_us'])} ({us(s['lo_us'])}-{us(s['hi_us'])})"
+                           + ("!" if s["wrong"] else ""))
             others = [c for c in cols if c != REFERENCE]
             out.append(f"# the same as column time / {REFERENCE} time: above 1, {REFERENCE} "
                        "is faster; median (min-max) over repetitions")
-            out.append(f"{'size':>8} " + " ".join(f"{c:>17}" for c in others))
-            for size in sizes:
-                line = []
-                for c in others:
-                    s = next((s for s in ss if s["size"] == size and s["column"] == c), None)
-                    if s is None or "ratio" not in s:
-                        line.append(f"{_why(ss, size, c, notes):>17}")
-                    else:
-                        line.append(f"{s['ratio']:.2f} ({s['ratio_lo']:.2f}-{s['ratio_hi']:.2f})"
-                                    .rjust(17))
-                out.append(f"{human(size):>8} " + " ".join(line))
+            rows(others, 17, "ratio",
+                 lambda s: f"{s['ratio']:.2f} ({s['ratio_lo']:.2f}-{s['ratio_hi']:.2f})")
             out.append("")
     if own and notes:
         out.append(notes_text(notes))
