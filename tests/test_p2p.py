@@ -321,6 +321,42 @@ def test_mismatch_and_late_peer(transport):
     mp.run_checks(2, mismatch_and_late, pg_timeout_s=2, transport=transport, timeout=120)
 
 
+def coalesced_late_peer(rank, p):
+    """A batch's wait times out while one of its receives waits for a late rank:
+    the error names the batch, the receive still unfinished and the rank it waits
+    for (not only how many operations there were), and leaves out the send that
+    finished. The late message then completes the batch."""
+    f = []
+    if rank == 0:
+        got = torch.empty(5)
+        ops = [dist.P2POp(dist.isend, payload(0, 1, 6, 5), 1, tag=6),
+               dist.P2POp(dist.irecv, got, 2, tag=7)]
+        (req,) = dist.batch_isend_irecv(ops)
+        msg, elapsed = _error(lambda: req.wait(timedelta(seconds=1)))
+        for frag in ("ringcoll::coalesced #", "(rank 0 of 3)", "Timed out after 1000 ms",
+                     "1 of 2 coalesced operations", "ringcoll::recv #", "rank 2", "tag 7"):
+            if frag not in msg:
+                f.append(f"coalesced timeout: message lacks {frag!r}: {msg}")
+        if "sending to rank 1" in msg:
+            f.append(f"coalesced timeout names the send that finished: {msg}")
+        dist.barrier(group=mp.GLOO)  # rank 2 sends now
+        req.wait()
+        _check(f, "the late message", got, payload(2, 0, 7, 5))
+    elif rank == 1:
+        t = torch.empty(5)
+        dist.recv(t, src=0, tag=6)
+        _check(f, "the batch's send", t, payload(0, 1, 6, 5))
+        dist.barrier(group=mp.GLOO)
+    else:
+        dist.barrier(group=mp.GLOO)
+        dist.send(payload(2, 0, 7, 5), dst=0, tag=7)
+    return f
+
+
+def test_coalesced_timeout_names_the_late_peer(transport):
+    mp.run_checks(3, coalesced_late_peer, pg_timeout_s=30, transport=transport, timeout=120)
+
+
 # --------------------------------------------------------------------------------
 # a killed peer
 

@@ -362,6 +362,35 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchStreamMessages(
 // still runs as it would alone; the coalesced Work completes once they all did,
 // with the first error if any failed.
 
+namespace {
+
+// "it was waiting for 2 of 3 coalesced operations: ringcoll::recv #4 (rank 0 of 3),
+// which was waiting for a message from rank 2 (tag 0); ...".
+std::string describeUnfinished(size_t count,
+                               const std::vector<c10::weak_intrusive_ptr<c10d::Work>>& parts) {
+  std::string text;
+  size_t unfinished = 0;
+  for (const auto& weak : parts) {
+    c10::intrusive_ptr<c10d::Work> w = weak.lock();
+    if (!w || w->isCompleted()) continue;
+    ++unfinished;
+    text += unfinished == 1 ? ": " : "; ";
+    if (auto* own = dynamic_cast<RingcollWork*>(w.get())) {
+      std::string whom = own->describeWait();
+      // "it was waiting for ..." reads "which was waiting for ..." after the label.
+      if (whom.rfind("it ", 0) == 0) whom = "which " + whom.substr(3);
+      text += c10::str(own->label(), whom.empty() ? "" : ", ", whom);
+    } else {
+      text += c10::str(c10d::opTypeToString(w->retrieveOpType()), " #",
+                       w->getSequencenumber());
+    }
+  }
+  return c10::str("it was waiting for ", unfinished, " of ", count, " coalesced operations",
+                  text);
+}
+
+}  // namespace
+
 void RingcollBackend::noteCoalesced(const c10::intrusive_ptr<c10d::Work>& work) {
   std::lock_guard<Mutex> lock(coalesceMutex_);
   if (coalescing_) coalesced_.push_back(work);
@@ -418,9 +447,13 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::endCoalescing() {
     works.push_back(job);
   }
   const size_t count = works.size();
+  // On timeout it names each operation still unfinished and whom that one waits
+  // for (its own timeout's text), so the error names the peer as a lone call's
+  // does. Weak: the operations' futures hold `all` through their callbacks.
+  std::vector<c10::weak_intrusive_ptr<c10d::Work>> parts(works.begin(), works.end());
   auto all = c10::make_intrusive<RingcollWork>(
       getRank(), c10d::OpType::COALESCED, label, seq, timeout_, std::vector<at::Tensor>{},
-      [count] { return c10::str("it was waiting for ", count, " coalesced operations"); });
+      [count, parts] { return describeUnfinished(count, parts); });
   if (works.empty()) {
     all->finish();
     return all;

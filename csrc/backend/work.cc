@@ -73,7 +73,7 @@ bool RingcollWork::wait(std::chrono::milliseconds timeout) {
     lock.unlock();
     C10_THROW_ERROR(DistBackendError,
                     c10::str(label_, ": Timed out after ", limit.count(), " ms in wait(); ",
-                             describeWait_ ? describeWait_() : std::string()));
+                             describeWait()));
   }
   if (exception_) std::rethrow_exception(exception_);
   return true;

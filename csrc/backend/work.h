@@ -64,6 +64,9 @@ class RingcollWork final : public c10d::Work {
   // A receive's sender (recv from any source); -1 otherwise.
   int sourceRank() const override { return sourceRank_.load(); }
   void setSourceRank(int rank) { sourceRank_.store(rank); }
+  // Whom the op waits for ("it was waiting for rank 2"): what its timeout says.
+  std::string describeWait() const { return describeWait_ ? describeWait_() : std::string(); }
+  const CallLabel& label() const { return label_; }
 
   // Called once, by whoever ran it, with no ringcoll lock held: the future's
   // callbacks run inside (common/locks.h), or, with `callbacks`, on its threads
