@@ -58,9 +58,19 @@ SANITIZED = {
 SHARD0_SHARE = (0, 16)
 
 
+# Lanes (CI_TEST_ALONE): CI runs its shards side by side, each in a pytest of its
+# own (.ci/run), then the tests marked `alone` one shard after the other. `alone`
+# marks a test that needs the machine to itself: it compares /dev/shm or open files
+# before and after (another test's segments would count), or bounds a wait from
+# above within about a second of what it waits for (a loaded machine stretches
+# that). CI_TEST_ALONE=skip leaves those out, =only runs only them; unset, all run.
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "every_torch: run in every CI shard (what it checks "
                                        "depends on the torch version)")
+    config.addinivalue_line("markers", "alone: CI runs it with no other test beside it "
+                                       "(reads /dev/shm, or bounds a wait tightly)")
 
 
 def _shard_of(nodeid, n):
@@ -88,6 +98,17 @@ def pytest_collection_modifyitems(config, items):
     import os
     import zlib
 
+    alone = os.environ.get("CI_TEST_ALONE", "")
+    if alone not in ("", "skip", "only"):
+        raise pytest.UsageError(f"CI_TEST_ALONE={alone!r}: expected skip or only")
+    if alone:
+        keep, drop = [], []
+        for item in items:
+            marked = item.get_closest_marker("alone") is not None
+            (keep if marked == (alone == "only") else drop).append(item)
+        if drop:
+            config.hook.pytest_deselected(items=drop)
+            items[:] = keep
     spec = os.environ.get("CI_TEST_SHARD", "")
     if not spec:
         return

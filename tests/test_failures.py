@@ -136,6 +136,7 @@ def one_of_four_disagrees(rank, p):
     return msg, time.monotonic() - t0
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("algo", ["ring", "default"])
 def test_disagreement_reaches_ranks_that_saw_none(transport, algo):
     """With the ring named; and by default, where on shared memory the small

@@ -317,6 +317,7 @@ def mismatch_and_late(rank, p):
     return f
 
 
+@pytest.mark.alone
 def test_mismatch_and_late_peer(transport):
     mp.run_checks(2, mismatch_and_late, pg_timeout_s=2, transport=transport, timeout=120)
 
@@ -463,5 +464,6 @@ def monitored(rank, p):
     return f
 
 
+@pytest.mark.alone
 def test_monitored_barrier(transport):
     mp.run_checks(3, monitored, transport=transport, pg_timeout_s=30, timeout=120)

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOAK = os.path.join(ROOT, "benchmarks", "soak.py")
 
@@ -23,6 +25,7 @@ def soak(tmp_path, *args, timeout=150):
     return proc.returncode, summary, text
 
 
+@pytest.mark.alone
 def test_soak_briefly(tmp_path):
     """A few rounds on each transport (one run: one fork server to start)."""
     # About 25 s here; a hang costs --stall-s and the stacks, hence the long timeout.

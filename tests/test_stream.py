@@ -180,6 +180,7 @@ def test_teardown_with_work_in_flight_returns(how):
         assert returned < 5.0, returned
 
 
+@pytest.mark.alone
 def test_rank_killed_mid_collective():
     timeout_s = 10
     results = mp.run_world(3, killed_mid_collective, pg_timeout_s=timeout_s, timeout=120,
@@ -200,6 +201,7 @@ def late_rank(rank, p):
     return _outcome(lambda: dist.all_reduce(torch.ones(1000)))
 
 
+@pytest.mark.alone
 def test_late_rank_times_out_naming_it():
     res = mp.run_world(2, late_rank, pg_timeout_s=2, transport="stream", timeout=120)
     msg, elapsed = res[0]
@@ -320,6 +322,7 @@ def abort_during_collective(rank, p):
     return _outcome(lambda: dist.all_reduce(torch.ones(1000)))
 
 
+@pytest.mark.alone
 def test_abort_from_another_thread():
     res = mp.run_world(2, abort_during_collective, pg_timeout_s=60, transport="stream",
                        timeout=120)
@@ -493,6 +496,7 @@ def stalled_peer_world(rank, p, abort_after_s, stop="abort"):
     return err, len(works), elapsed
 
 
+@pytest.mark.alone
 def test_in_flight_bound_waits_and_can_be_aborted():
     """The launch that waits for room holds no lock: an abort from another thread
     makes it raise promptly, naming the abort."""
@@ -507,6 +511,7 @@ def test_in_flight_bound_waits_and_can_be_aborted():
     assert 0.9 < elapsed < 5, elapsed
 
 
+@pytest.mark.alone
 def test_in_flight_bound_waits_and_a_shutdown_ends_it():
     """A shutdown from another thread while a launch waits for room: that launch
     still holds its path, so stop() aborts the path before it frees the host
@@ -521,6 +526,7 @@ def test_in_flight_bound_waits_and_a_shutdown_ends_it():
     assert elapsed < 10, elapsed
 
 
+@pytest.mark.alone
 def test_in_flight_bound_times_out_naming_the_wait():
     """Nobody aborts: the launch that waits for room gives up after the group's
     timeout (the watchdog fails the earlier calls meanwhile), never hangs."""

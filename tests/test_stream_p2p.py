@@ -160,6 +160,7 @@ def late_receiver(rank, p):
     return msg, time.monotonic() - t0
 
 
+@pytest.mark.alone
 def test_late_receiver_times_out():
     res = mp.run_world(2, late_receiver, pg_timeout_s=1, transport="stream", timeout=120)
     msg, elapsed = res[0]

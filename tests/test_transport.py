@@ -169,6 +169,7 @@ def test_ranks_that_left_are_not_errors(p, late):
     assert res[:-1] == ["ok"] * (p - 1), res
 
 
+@pytest.mark.alone
 def test_rank_killed_mid_collective(transport):
     timeout_s = 10
     results = mp.run_world(3, killed_mid_collective, pg_timeout_s=timeout_s, timeout=120,
@@ -253,6 +254,7 @@ def many_groups(rank, p):
     return f
 
 
+@pytest.mark.alone
 def test_100_groups_leave_nothing_behind(transport):
     mp.run_checks(3, many_groups, timeout=600, transport=transport)
 
