@@ -264,6 +264,32 @@ def test_missing_peer_times_out_with_names(transport):
         assert elapsed2 < 2 and "unusable after an earlier failure" in again, again
 
 
+def undelivered_send(rank, p):
+    """The root of a broadcast whose only receiver never calls it: every receive of
+    the root is done (it has none; no header exchange with RINGCOLL_FINGERPRINT=0),
+    and its sends are posted but never taken. The timeout names the rank the send
+    waits for, not 'its peers'."""
+    if rank == 1:
+        dist.barrier(group=mp.GLOO)  # rank 0 has timed out
+        return None
+    try:
+        dist.broadcast(torch.ones(1 << 20), src=0)
+        msg = "no error"
+    except RuntimeError as e:
+        msg = str(e)
+    dist.barrier(group=mp.GLOO)
+    return msg
+
+
+def test_an_undelivered_send_times_out_naming_its_peer():
+    # gloo: a send completes once the receiver took it (shared memory's completes
+    # into the receiver's slots, and this broadcast then simply ends).
+    msg = mp.run_world(2, undelivered_send, pg_timeout_s=2, transport="gloo",
+                       env={"RINGCOLL_FINGERPRINT": "0"})[0]
+    assert "ringcoll::broadcast #1 (rank 0 of 2)" in msg and "Timed out after 2000 ms" in msg, msg
+    assert "rank 1" in msg and "its peers" not in msg, msg
+
+
 def late_wait(rank, p):
     """wait(timeout) on an async op a peer is late for names the op and the peer."""
     if rank == 1:

@@ -185,7 +185,10 @@ bool Execution::exchangeHeaders() {
     if (h.posted) continue;
     OpTrace* t = tracedHeader(h, true);
     const int64_t t0 = t ? Tracer::now() : 0;
-    if (!transport_.tryPostRecv(h.peer, nullptr, sizeof(Fingerprint))) continue;
+    if (!transport_.tryPostRecv(h.peer, nullptr, sizeof(Fingerprint))) {
+      blocked(h.peer, -1, "room to receive from");
+      continue;
+    }
     if (t) t->post = t0;
     h.posted = true;
     moved = true;
@@ -215,11 +218,15 @@ bool Execution::exchangeHeaders() {
   bool all = true;
   for (auto& h : headers_) {
     all = all && h.checked;
-    if (h.sent && !h.sendDone && transport_.sendsDone(h.peer) > h.base) {
+    if (!h.sent || h.sendDone) continue;
+    if (transport_.sendsDone(h.peer) > h.base) {
       h.sendDone = true;
       if (OpTrace* t = tracedHeader(h, false)) t->done = Tracer::now();
       --headersOpen_;
       moved = true;
+    } else {
+      // Sent, not yet taken: a peer that stopped receiving is the one to name.
+      blocked(h.peer, -1, "the delivery of a message to");
     }
   }
   headersChecked_ = all;
@@ -411,13 +418,19 @@ void Execution::collectSends(const Channel& c, size_t ci) {
   ChannelState& cs = chan_[ci];
   if (cs.sendComplete == cs.sendNext) return;
   const uint64_t raw = transport_.sendsDone(c.peer);
-  if (raw < cs.transportBase) return;  // the header's send is not complete yet
+  if (raw < cs.transportBase) {  // the header's send is not complete yet
+    blocked(c.peer, -1, "the delivery of a message to");
+    return;
+  }
   const uint64_t done = raw - cs.transportBase;
   const int64_t now = trace_ && cs.sendComplete < done ? Tracer::now() : 0;
   while (cs.sendComplete < cs.sendNext && cs.sendComplete < done) {
     if (OpTrace* t = traced(c.sends[cs.sendComplete])) t->done = now;
     setDone(c.sends[cs.sendComplete]);
     ++cs.sendComplete;
+  }
+  if (cs.sendComplete < cs.sendNext) {
+    blocked(c.peer, plan_.ops[c.sends[cs.sendComplete]].step, "the delivery of a message to");
   }
 }
 
