@@ -366,8 +366,7 @@ namespace {
 
 // "it was waiting for 2 of 3 coalesced operations: ringcoll::recv #4 (rank 0 of 3),
 // which was waiting for a message from rank 2 (tag 0); ...".
-std::string describeUnfinished(size_t count,
-                               const std::vector<c10::weak_intrusive_ptr<c10d::Work>>& parts) {
+std::string describeUnfinished(const std::vector<c10::weak_intrusive_ptr<c10d::Work>>& parts) {
   std::string text;
   size_t unfinished = 0;
   for (const auto& weak : parts) {
@@ -385,7 +384,7 @@ std::string describeUnfinished(size_t count,
                        w->getSequencenumber());
     }
   }
-  return c10::str("it was waiting for ", unfinished, " of ", count, " coalesced operations",
+  return c10::str("it was waiting for ", unfinished, " of ", parts.size(), " coalesced operations",
                   text);
 }
 
@@ -453,7 +452,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::endCoalescing() {
   std::vector<c10::weak_intrusive_ptr<c10d::Work>> parts(works.begin(), works.end());
   auto all = c10::make_intrusive<RingcollWork>(
       getRank(), c10d::OpType::COALESCED, label, seq, timeout_, std::vector<at::Tensor>{},
-      [count, parts] { return describeUnfinished(count, parts); });
+      [parts] { return describeUnfinished(parts); });
   if (works.empty()) {
     all->finish();
     return all;
