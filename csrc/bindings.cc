@@ -528,7 +528,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            "nanoseconds by part (launch_ns, ready_ns, batch_ns, marker_ns, kernel_ns, "
            "end_ns; kept only while timing is on: timing=1). Empty before the path's "
            "first collective. reset=True zeroes them after reading.",
+           py::call_guard<py::gil_scoped_release>())
+      // The stream emulation's capture (ringcoll/graphs.py wraps these).
+      .def("_capture_begin", &RingcollBackend::captureBegin,
+           py::call_guard<py::gil_scoped_release>())
+      .def("_capture_end", &RingcollBackend::captureEnd)
+      .def("_replay", &RingcollBackend::replay, py::arg("graph"),
            py::call_guard<py::gil_scoped_release>());
+
+  py::class_<ringcoll::CapturedGraph, std::shared_ptr<ringcoll::CapturedGraph>>(
+      m, "CapturedGraph", "Launches recorded by the stream emulation's capture.")
+      .def("__len__", [](const ringcoll::CapturedGraph& g) { return g.launches.size(); })
+      .def_property_readonly("ops", [](const ringcoll::CapturedGraph& g) {
+        std::vector<std::string> ops;
+        for (const auto& l : g.launches) ops.push_back(l.label.str());
+        return ops;
+      });
 
   // Registered so that pybind11 finds a returned Work's own type at its first look:
   // an unregistered subclass costs a failed search of every type table (about a

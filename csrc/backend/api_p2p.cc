@@ -172,6 +172,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::postPointToPoint(
     }
     return launchStreamMessages(type, label, seq, {std::move(m)});
   }
+  refuseUnderCapture(label, "it runs on a host transport");
   const std::string whom =
       isSend ? c10::str("it was sending to rank ", peer, " (tag ", tag, ")")
              : c10::str("it was waiting for a message from ",
@@ -234,8 +235,10 @@ std::shared_ptr<StreamPath> RingcollBackend::pointToPointPathFor(const at::Tenso
                                                       knobs_.streamDelayUs, 0,
                                                       knobs_.stopLatchBytes,
                                                       knobs_.maxBatchesInFlight);
-      return std::make_shared<StreamPath>(std::move(device), pstore, getRank(), getSize(),
-                                          knobs_, std::vector<int>{}, knobs_.fingerprint);
+      auto path = std::make_shared<StreamPath>(std::move(device), pstore, getRank(), getSize(),
+                                               knobs_, std::vector<int>{}, knobs_.fingerprint);
+      path->setEmulatedCapture(capture_);
+      return path;
     });
   }
 #ifdef RINGCOLL_WITH_CUDA
@@ -499,6 +502,7 @@ void RingcollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
   const uint64_t call = ++monitoredSeq_;
   const CallLabel label{"monitored_barrier", call, getRank(), getSize()};
   throwIfStopped(label);
+  refuseUnderCapture(label, "it waits on the host for every rank");
   const auto timeout = opts.timeout.count() >= 0 ? opts.timeout : timeout_;
   const int p = getSize();
   const int me = getRank();

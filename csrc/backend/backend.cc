@@ -529,13 +529,15 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
   if (first && (first->is_cuda() || knobs_.transport == "stream")) {
     const bool cuda = first->is_cuda();  // `first` may be one of the outputs moved below
     std::shared_ptr<StreamPath> path = streamPathFor(*first, op, label);
+    const bool captured = path->capturing();
     auto work = path->launch(type, traceTag(op, seq), label, seq, fp, timeout, inputs,
                              std::move(outputs), body);
     // Started once enqueued. Completed when its future is, for CPU tensors (the
     // emulation); a CUDA collective completes on the device, where the recorder
-    // does not look, so its entry stays "started".
+    // does not look, so its entry stays "started", as a captured one's does on
+    // either (it runs at each replay, unwatched: backend/capture.h).
     recorder.started(fr);
-    if (!cuda) {
+    if (!cuda && !captured) {
       // Neither this backend nor the Work need outlive the future's callback.
       auto self = c10::weak_intrusive_ptr<RingcollBackend>(
           c10::intrusive_ptr<RingcollBackend>::unsafe_reclaim_from_nonowning(this));
@@ -616,8 +618,10 @@ std::shared_ptr<StreamPath> RingcollBackend::streamPathFor(const at::Tensor& fir
           *transport_, knobs_.chunkBytes, knobs_.streamDelayUs, knobs_.streamFailAfter,
           knobs_.stopLatchBytes, knobs_.maxBatchesInFlight);
       device->executor().setTracer(tracer_.get());
-      return std::make_shared<StreamPath>(std::move(device), store_, getRank(), getSize(),
-                                          knobs_, ringNeighbours_, knobs_.fingerprint);
+      auto path = std::make_shared<StreamPath>(std::move(device), store_, getRank(), getSize(),
+                                               knobs_, ringNeighbours_, knobs_.fingerprint);
+      path->setEmulatedCapture(capture_);
+      return path;
     });
   }
 #ifdef RINGCOLL_WITH_CUDA
@@ -679,6 +683,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, con
                                                           Body body, int64_t fr, bool async) {
   // Declared before the lock, so that it goes after the lock is released: it holds
   // the user's tensors (common/locks.h).
+  refuseUnderCapture(label, "it runs on a host transport");
   std::shared_ptr<CpuTask> task;
   bool endHere = false;  // it ended on this thread: endCpu once unlocked
   {

@@ -55,6 +55,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/version.h>
 
+#include "backend/capture.h"
 #include "backend/comm_init.h"
 #include "backend/stream_path.h"
 #include "backend/trace_writer.h"
@@ -109,6 +110,14 @@ class RingcollBackend final : public c10d::Backend {
   // path does not exist (yet). `reset`: zero them after reading; `timing`: -1
   // leaves host timing as it is, 0 turns it off, 1 on.
   std::map<std::string, uint64_t> streamStats(bool cuda, bool reset, int timing);
+  // Capture on the CPU emulation (RINGCOLL_TRANSPORT=stream; backend/capture.h):
+  // the stream collectives and point-to-point calls made between captureBegin() and
+  // captureEnd() are recorded, not run; replay() runs them again, in order, on the
+  // same tensors, and returns once they finished (raising the first failure). CUDA
+  // tensors are captured by torch.cuda.graph instead. api_capture.cc.
+  void captureBegin();
+  std::shared_ptr<CapturedGraph> captureEnd();
+  void replay(const CapturedGraph& graph);
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -485,6 +494,11 @@ class RingcollBackend final : public c10d::Backend {
   // launching body (one launch at a time per path).
   std::shared_ptr<StreamPath> p2pCuda_;
   std::shared_ptr<StreamPath> p2pStream_;
+  // The emulated paths' capture (captureBegin), shared by both.
+  const std::shared_ptr<EmulatedCapture> capture_ = std::make_shared<EmulatedCapture>();
+  // Throws for `label` if an emulated capture is under way: the call runs at once on
+  // a host transport, where nothing can be recorded (`what` says which).
+  void refuseUnderCapture(const CallLabel& label, const char* what) const;
   std::unique_ptr<RoutedTransport> p2pStreamHost_;
   std::vector<uint64_t> pairSeq_[2];
   // The stream path for `first`'s device, created if needed; throws if stopped.

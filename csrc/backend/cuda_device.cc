@@ -151,6 +151,28 @@ void CudaDevice::callerWaits(const EventPtr& end) {
                                     static_cast<Event&>(*end).e.ev, 0));
 }
 
+bool CudaDevice::capturing() {
+  c10::cuda::CUDAGuard guard(device_);
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  RC_CUDA_CHECK(cudaStreamIsCapturing(c10::cuda::getCurrentCUDAStream(device_).stream(),
+                                      &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+void CudaDevice::enqueueCapturing(const std::function<void()>& fn) {
+  // The bound waits for earlier batches' events from the host, which a capture
+  // forbids (and a replay would not repeat); restored however `fn` ends.
+  const size_t bound = transport_->inFlightBound();
+  transport_->setInFlightBound(0);
+  try {
+    enqueue(fn);
+  } catch (...) {
+    transport_->setInFlightBound(bound);
+    throw;
+  }
+  transport_->setInFlightBound(bound);
+}
+
 bool CudaDevice::reached(const EventPtr& end) {
   // A fault is not "not finished": it surfaces now, not at the timeout.
   return static_cast<Event&>(*end).e.reached();

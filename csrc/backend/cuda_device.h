@@ -64,6 +64,12 @@ class CudaDevice final : public StreamDevice {
   bool futureOnDevice() const override { return true; }
   bool hasCallerStream() const override { return true; }
   void callerWaits(const EventPtr& end) override;
+  // cudaStreamIsCapturing on the caller's current stream (torch.cuda.graph).
+  bool capturing() override;
+  // enqueue() joins the comm stream to the capture (an event recorded on the
+  // capturing stream, waited on by the comm stream); the stream path then joins it
+  // back (callerWaits on the end) before the capture may end.
+  void enqueueCapturing(const std::function<void()>& fn) override;
 
   bool reached(const EventPtr& end) override;
   std::string transferError() override;

@@ -61,6 +61,15 @@ class StreamDevice {
   virtual bool hasCallerStream() const = 0;
   virtual void callerWaits(const EventPtr& end) = 0;
 
+  // --- capture (backend/capture.h) ---
+  // Whether the caller's current stream is being captured into a graph (CUDA:
+  // torch.cuda.graph). A device without native capture (the emulation) says no: its
+  // capture is the stream path's record and replay.
+  virtual bool capturing() { return false; }
+  // enqueue(fn) while capturing: nothing may wait on the host, so the transport's
+  // in-flight bound is off while `fn` runs (its waits are host waits on events).
+  virtual void enqueueCapturing(const std::function<void()>& fn) { enqueue(fn); }
+
   // --- completion and failure (any thread) ---
   // Whether the end was reached. A device fault is thrown (std::runtime_error),
   // never read as "not yet".

@@ -73,6 +73,15 @@ class StreamWork final : public c10d::Work {
   }
 
   void setEnd(StreamDevice::EventPtr end) { end_ = std::move(end); }
+  const StreamDevice::EventPtr& end() const { return end_; }
+  // Before anyone else holds it: a captured collective's Work (backend/capture.h).
+  // Complete for the host (the collective runs at each replay, not now); wait()
+  // only orders the caller's stream after the captured end, which a capture allows.
+  void markCaptured() {
+    std::lock_guard<Mutex> lock(mutex_);
+    captured_ = true;
+    succeeded_ = true;
+  }
   // Memory the device may read or write until the end: the user's tensors (on a
   // host device nothing else keeps them; CUDA also records them on the stream) and
   // the job's own (a schedule's scratch). Let go once the work succeeded (settle);
@@ -124,6 +133,10 @@ class StreamWork final : public c10d::Work {
   // raises here. Otherwise only a failure the watchdog has already seen raises, and
   // the caller's current stream is ordered after the collective.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override {
+    if (captured_) {
+      if (device_->hasCallerStream() && end_) device_->callerWaits(end_);
+      return true;
+    }
     if (blocking_ || timeout != kNoTimeout || !device_->hasCallerStream()) hostWait(timeout);
     rethrowIfFailed();
     if (device_->hasCallerStream()) device_->callerWaits(end_);
@@ -221,6 +234,7 @@ class StreamWork final : public c10d::Work {
   const bool blocking_;
   const std::chrono::steady_clock::time_point start_;
   StreamDevice::EventPtr end_;
+  bool captured_ = false;  // markCaptured(): set before the Work is shared
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   // Guards the state below (c10d::Work's own mutex_ is not used: it is not a
   // ringcoll::Mutex, and a Work's lock is what a polling program takes).
@@ -295,6 +309,93 @@ void StreamPath::abort(const std::string& why) {
   settle(lock);
 }
 
+void StreamPath::enqueueJob(StreamWork& work, const algo::TraceTag& tag,
+                            const algo::Fingerprint& fp, std::chrono::milliseconds timeout,
+                            const std::vector<at::Tensor>& inputs,
+                            const std::vector<at::Tensor>& outputs, const Body& body,
+                            std::optional<Staged>& staged, bool keep) {
+  staged = body(device_->executor());
+  // Small collectives are the host transports' (backend: small() says no here).
+  RC_ASSERT(!staged->small, "a small collective on the stream path");
+  staged->job.tag = tag;
+  if (fingerprint_) {
+    staged->job.checked = true;
+    staged->job.fingerprint = fp;
+    staged->job.fingerprint.setAlgorithm(staged->job.schedule.name,
+                                         staged->job.schedule.digest);
+    // Besides the job's own (a point-to-point job names its peers).
+    staged->job.neighbours.insert(staged->job.neighbours.end(), neighbours_.begin(),
+                                  neighbours_.end());
+  }
+  if (keep) work.keepUntilEnd(inputs, staged->job.owned);
+  device_->executor().run(std::move(staged->job), timeout);
+  if (staged->finish) device_->enqueueFinish(std::move(staged->finish));
+  StreamStats::Timer end(&device_->stats(), StreamStats::kEnd);
+  device_->protect(inputs);
+  device_->protect(outputs);
+  work.setEnd(device_->recordEnd());
+  // Completed for the device: the future records an event on the current
+  // (compute) stream, and whoever waits on it waits on that stream. Nobody
+  // else holds the future yet, so no callback runs here, under the locks.
+  if (device_->futureOnDevice()) work.getFuture()->markCompleted(c10::IValue(outputs));
+}
+
+c10::intrusive_ptr<c10d::Work> StreamPath::launchCaptured(
+    bool native, c10d::OpType type, const algo::TraceTag& tag, const CallLabel& label,
+    uint64_t seq, const algo::Fingerprint& fp, std::chrono::milliseconds timeout,
+    const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, const Body& body,
+    std::string peers) {
+  // What cannot be captured raises now, on every rank that captures it (each makes
+  // the same call), never a graph that replays something else.
+  if (type == c10d::OpType::BARRIER) {
+    C10_THROW_ERROR(DistBackendError,
+                    c10::str(label, ": a barrier cannot be captured: it blocks the host "
+                                    "until every rank arrived, which a replay does not "
+                                    "repeat; call it outside the capture"));
+  }
+  if (knobs_.blockingWait) {
+    C10_THROW_ERROR(DistBackendError,
+                    c10::str(label, ": cannot be captured with RINGCOLL_BLOCKING_WAIT=1: "
+                                    "its wait() would block the host; unset it for a group "
+                                    "whose collectives are captured"));
+  }
+  auto work = c10::make_intrusive<StreamWork>(rank_, type, label, seq, device_, outputs,
+                                              timeout, /*blocking=*/false, peers);
+  work->markCaptured();
+  if (native) {
+    // Declared before the lock: released after it (it may hold the user's tensors).
+    std::optional<Staged> staged;
+    std::string failed;
+    {
+      std::lock_guard<Mutex> launching(launchMutex_);
+      device_->stats().add(StreamStats::kCollectives);
+      try {
+        device_->enqueueCapturing([&] {
+          enqueueJob(*work, tag, fp, timeout, inputs, outputs, body, staged, /*keep=*/false);
+        });
+        device_->callerWaits(work->end());  // joins the capture back
+      } catch (const std::exception& e) {
+        // Nothing ran: the capture is broken (torch ends it with an error), the
+        // group is not.
+        failed = c10::str(label, ": capturing it failed: ", e.what());
+      }
+    }
+    if (!failed.empty()) C10_THROW_ERROR(DistBackendError, failed);
+    return work;
+  }
+  // The emulation: the launch is recorded and runs at each replay (the backend's).
+  CapturedLaunch launch{weak_from_this(), type, tag, label, seq, fp, timeout, inputs,
+                        outputs, body, std::move(peers)};
+  if (!capture_->record(std::move(launch))) {
+    C10_THROW_ERROR(DistBackendError, c10::str(label, ": the capture ended while it was "
+                                                      "being recorded"));
+  }
+  // Its results are written at each replay; the future is complete for the host
+  // now (nobody else holds it yet: no callback runs here).
+  work->getFuture()->markCompleted(c10::IValue(std::move(outputs)));
+  return work;
+}
+
 c10::intrusive_ptr<c10d::Work> StreamPath::launch(
     c10d::OpType type, const algo::TraceTag& tag, const CallLabel& label, uint64_t seq,
     const algo::Fingerprint& fp, std::chrono::milliseconds timeout,
@@ -309,6 +410,13 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
     }
   };
   unusable();
+  {
+    const bool native = device_->capturing();
+    if (native || (capture_ && capture_->active())) {
+      return launchCaptured(native, type, tag, label, seq, fp, timeout, inputs,
+                            std::move(outputs), body, std::move(peers));
+    }
+  }
   // Declared before the launch lock is taken, so that they are let go after it is
   // released (common/locks.h): both hold the user's tensors. `staged` lives until
   // after a failure stopped the device's work: the device may still be reading the
@@ -339,30 +447,7 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
     }
     try {
       device_->enqueue([&] {
-        staged = body(device_->executor());
-        // Small collectives are the host transports' (backend: small() says no here).
-        RC_ASSERT(!staged->small, "a small collective on the stream path");
-        staged->job.tag = tag;
-        if (fingerprint_) {
-          staged->job.checked = true;
-          staged->job.fingerprint = fp;
-          staged->job.fingerprint.setAlgorithm(staged->job.schedule.name,
-                                               staged->job.schedule.digest);
-          // Besides the job's own (a point-to-point job names its peers).
-          staged->job.neighbours.insert(staged->job.neighbours.end(), neighbours_.begin(),
-                                        neighbours_.end());
-        }
-        work->keepUntilEnd(inputs, staged->job.owned);
-        device_->executor().run(std::move(staged->job), timeout);
-        if (staged->finish) device_->enqueueFinish(std::move(staged->finish));
-        StreamStats::Timer end(&stats, StreamStats::kEnd);
-        device_->protect(inputs);
-        device_->protect(outputs);
-        work->setEnd(device_->recordEnd());
-        // Completed for the device: the future records an event on the current
-        // (compute) stream, and whoever waits on it waits on that stream. Nobody
-        // else holds the future yet, so no callback runs here, under the locks.
-        if (device_->futureOnDevice()) work->getFuture()->markCompleted(c10::IValue(outputs));
+        enqueueJob(*work, tag, fp, timeout, inputs, outputs, body, staged, /*keep=*/true);
       });
     } catch (const std::exception& e) {
       // Some of this collective's transfers may be posted: the peers are out of step

@@ -42,6 +42,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -49,6 +50,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "backend/capture.h"
 #include "backend/stream_device.h"
 #include "backend/work.h"
 #include "common/callbacks.h"
@@ -61,7 +63,7 @@ namespace ringcoll {
 
 class StreamWork;
 
-class StreamPath {
+class StreamPath : public std::enable_shared_from_this<StreamPath> {
  public:
   // `neighbours`: this rank's ring neighbours (the fingerprint's); `fingerprint`:
   // whether collectives carry the device-checked header.
@@ -71,6 +73,14 @@ class StreamPath {
   ~StreamPath();
 
   StreamDevice& device() { return *device_; }
+  // The emulation's capture (backend/capture.h), shared by the backend's emulated
+  // paths; set once, right after construction. CUDA paths have none: they capture
+  // natively.
+  void setEmulatedCapture(std::shared_ptr<EmulatedCapture> capture) {
+    capture_ = std::move(capture);
+  }
+  // Whether a launch now would be captured (natively or by the emulation).
+  bool capturing() { return device_->capturing() || (capture_ && capture_->active()); }
 
   // `fp`: the call's fingerprint; `timeout`: the op's, the watchdog's limit for it.
   // `peers`: whom the call waits for, as its errors say it ("rank 1 (receive, tag
@@ -83,12 +93,33 @@ class StreamPath {
                                         std::vector<at::Tensor> outputs, const Body& body,
                                         std::string peers = "");
 
+  // Under a capture the same call is captured instead (backend/capture.h): it raises
+  // at once if the call cannot be captured, and its Work is complete for the host.
+
   // ProcessGroup abort(): fails outstanding work at once and aborts the transfers.
   // Safe from any thread, also while another thread launches; the failed futures'
   // callbacks run on the calling thread, which must hold no ringcoll lock.
   void abort(const std::string& why);
 
  private:
+  // launch() under a capture; `native`: the device captures (CUDA), else the
+  // emulation records the launch.
+  c10::intrusive_ptr<c10d::Work> launchCaptured(bool native, c10d::OpType type,
+                                                const algo::TraceTag& tag,
+                                                const CallLabel& label, uint64_t seq,
+                                                const algo::Fingerprint& fp,
+                                                std::chrono::milliseconds timeout,
+                                                const std::vector<at::Tensor>& inputs,
+                                                std::vector<at::Tensor> outputs,
+                                                const Body& body, std::string peers);
+  // Under launchMutex_, inside device_->enqueue: the body, the executor's job and
+  // the end, for `work` (`staged` keeps the job's buffer; `keep`: whether the work
+  // keeps the tensors and the job's memory until its end, which a captured one,
+  // whose graph or recording holds them, does not).
+  void enqueueJob(StreamWork& work, const algo::TraceTag& tag, const algo::Fingerprint& fp,
+                  std::chrono::milliseconds timeout, const std::vector<at::Tensor>& inputs,
+                  const std::vector<at::Tensor>& outputs, const Body& body,
+                  std::optional<Staged>& staged, bool keep);
   void watchdog();
   // Under mutex_: moves to retired_ the oldest works whose end was reached while no
   // kernel was stopped (the compute stream runs in order: they are a prefix).
@@ -146,6 +177,7 @@ class StreamPath {
   bool stopping_ = false;
   std::thread watchdog_;
   CallbackRunner callbacks_;  // settleOnCallbacks'; joined after the watchdog
+  std::shared_ptr<EmulatedCapture> capture_;  // null on CUDA (setEmulatedCapture)
 };
 
 }  // namespace ringcoll

@@ -86,6 +86,7 @@ class StreamTransport : public Transport {
   // The in-flight bound (above): `maxBatches` (0: none). Set once, before the
   // first post.
   void setInFlightBound(size_t maxBatches) { maxBatches_ = maxBatches; }
+  size_t inFlightBound() const { return maxBatches_; }
   // A marker on `compute` every this many batches enqueued there (in-flight bound).
   static constexpr uint64_t kProbeEvery = 16;
 

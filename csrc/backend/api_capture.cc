@@ -1,0 +1,71 @@
+// Capture on the CPU emulation (backend/capture.h): what the backend adds to its
+// stream paths' recording, the refusals of calls on the host transports, and the
+// replay.
+#include <c10/util/Exception.h>
+
+#include "backend/backend.h"
+#include "common/errors.h"
+
+namespace ringcoll {
+
+void RingcollBackend::refuseUnderCapture(const CallLabel& label, const char* what) const {
+  if (!capture_->active()) return;
+  C10_THROW_ERROR(DistBackendError,
+                  c10::str(label, ": cannot be captured: ", what,
+                           ", where nothing is recorded (only the stream path's "
+                           "collectives and point-to-point calls are)"));
+}
+
+void RingcollBackend::captureBegin() {
+  TORCH_CHECK(knobs_.transport == "stream",
+              "ringcoll: capturing CPU collectives needs the stream emulation "
+              "(RINGCOLL_TRANSPORT=stream; this group's transport is '", knobs_.transport,
+              "'); CUDA tensors are captured with torch.cuda.graph");
+  const CallLabel label{"capture", seq_.load(), getRank(), getSize()};
+  throwIfStopped(label);
+  capture_->begin();
+}
+
+std::shared_ptr<CapturedGraph> RingcollBackend::captureEnd() { return capture_->end(); }
+
+void RingcollBackend::replay(const CapturedGraph& graph) {
+  const size_t n = graph.launches.size();
+  auto where = [n](size_t i) {
+    return c10::str("replay of a captured graph (launch ", i + 1, " of ", n, "): ");
+  };
+  TORCH_CHECK(!capture_->active(),
+              "ringcoll: a captured graph cannot be replayed while a capture is under way");
+  // Launched in the recorded order, then waited for: each is an ordinary stream
+  // collective, watched (timeouts, a peer's failure) and failed by its path's rules.
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  works.reserve(n);
+  try {
+    for (size_t i = 0; i < n; ++i) {
+      const CapturedLaunch& l = graph.launches[i];
+      throwIfStopped(l.label);
+      std::shared_ptr<StreamPath> path = l.path.lock();
+      if (!path) {
+        C10_THROW_ERROR(DistBackendError,
+                        c10::str(where(i), l.label, ": its group was destroyed"));
+      }
+      try {
+        works.push_back(path->launch(l.type, l.tag, l.label, l.seq, l.fp, l.timeout, l.inputs,
+                                     l.outputs, l.body, l.peers));
+      } catch (const c10::DistBackendError& e) {
+        C10_THROW_ERROR(DistBackendError, where(i) + e.what_without_backtrace());
+      }
+    }
+    for (size_t i = 0; i < n; ++i) {
+      try {
+        works[i]->wait();
+      } catch (const c10::DistBackendError& e) {
+        C10_THROW_ERROR(DistBackendError, where(i) + e.what_without_backtrace());
+      }
+    }
+  } catch (...) {
+    works.clear();  // no lock is held here
+    throw;
+  }
+}
+
+}  // namespace ringcoll

@@ -1,0 +1,27 @@
+#include "backend/capture.h"
+
+#include <c10/util/Exception.h>
+
+namespace ringcoll {
+
+void EmulatedCapture::begin() {
+  std::lock_guard<Mutex> lock(mutex_);
+  TORCH_CHECK(graph_ == nullptr,
+              "ringcoll: a capture is already under way on this group; end it first");
+  graph_ = std::make_shared<CapturedGraph>();
+}
+
+std::shared_ptr<CapturedGraph> EmulatedCapture::end() {
+  std::lock_guard<Mutex> lock(mutex_);
+  TORCH_CHECK(graph_ != nullptr, "ringcoll: no capture is under way on this group");
+  return std::move(graph_);  // holds user tensors: its owner drops it, unlocked
+}
+
+bool EmulatedCapture::record(CapturedLaunch launch) {
+  std::lock_guard<Mutex> lock(mutex_);
+  if (!graph_) return false;  // `launch` is destroyed by the caller, after the unlock
+  graph_->launches.push_back(std::move(launch));
+  return true;
+}
+
+}  // namespace ringcoll

@@ -1,0 +1,82 @@
+// Capture: collectives recorded once and run again many times, as a CUDA graph
+// replays what torch.cuda.graph(...) captured (vLLM's and SGLang's decode steps).
+//
+// On CUDA the device captures natively: the caller's stream is capturing
+// (StreamDevice::capturing()), the stream path enqueues the collective as always,
+// joined to that stream, and CUDA replays the device work. The CPU emulation has no
+// graph, so it records the launches themselves (EmulatedCapture below) and replays
+// them through the same stream path, in the same order, on the same tensors; which
+// is how CI runs the capture rules of the stream path (stream_path.h):
+//  * what cannot be captured raises at capture time, naming the call and why: a
+//    barrier (it blocks the host until every rank arrived), RINGCOLL_BLOCKING_WAIT=1
+//    (wait() would block the host), anything on a host transport;
+//  * a captured collective is not watched: no watchdog entry, no timeout, no
+//    in-flight bound (it waits on the host); its Work is complete for the host (its
+//    wait() only orders the caller's stream) and its future completed at capture;
+//  * the flight recorder records it once, at capture, and never completes it
+//    (ProcessGroupNCCL's treatment of captured work);
+//  * its sequence number and fingerprint are the capture's: every replay carries
+//    them, so ranks that replay different graphs fail the device's check.
+// An emulated replay is host work (the host is the device): each recorded launch
+// runs as an ordinary stream collective, watched, and replay() waits for all of
+// them, raising the first failure with the launch's place in the graph.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <torch/csrc/distributed/c10d/Types.hpp>
+
+#include "backend/work.h"
+#include "common/locks.h"
+#include "engine/call.h"
+#include "engine/fingerprint.h"
+#include "engine/trace.h"
+
+namespace ringcoll {
+
+class StreamPath;
+
+// One recorded launch: StreamPath::launch's arguments, to call it again.
+struct CapturedLaunch {
+  std::weak_ptr<StreamPath> path;  // the backend owns it; a destroyed group's is gone
+  c10d::OpType type;
+  algo::TraceTag tag;
+  CallLabel label;
+  uint64_t seq;
+  algo::Fingerprint fp;
+  std::chrono::milliseconds timeout;
+  std::vector<at::Tensor> inputs;
+  std::vector<at::Tensor> outputs;
+  Body body;
+  std::string peers;
+};
+
+struct CapturedGraph {
+  std::vector<CapturedLaunch> launches;  // in launch order, over the group's paths
+};
+
+// The emulation's capture state, one per backend, shared by its stream paths (the
+// collectives' and the point-to-point one), so that one graph holds both in order.
+class EmulatedCapture {
+ public:
+  bool active() const {
+    std::lock_guard<Mutex> lock(mutex_);
+    return graph_ != nullptr;
+  }
+  // Throws if a capture is already under way.
+  void begin();
+  // The graph recorded since begin(); throws if none is under way.
+  std::shared_ptr<CapturedGraph> end();
+  // Records `launch` if a capture is under way; false if none is.
+  bool record(CapturedLaunch launch);
+
+ private:
+  mutable Mutex mutex_{"EmulatedCapture::mutex_"};
+  std::shared_ptr<CapturedGraph> graph_;
+};
+
+}  // namespace ringcoll
