@@ -1103,6 +1103,14 @@ def parse_args(argv):
                     help="PREFIX of PREFIX.{json,csv,txt,png} (default bench-out/cpu-libs)")
     ap.add_argument("--summary", nargs="+", metavar="JSON",
                     help="no run: ranges over these runs' results (see --help's top)")
+    ap.add_argument("--headline", action="store_true",
+                    help="with --summary: the README's table (float32) from those runs")
+    ap.add_argument("--check", metavar="JSON",
+                    help="with --summary: is each of the headline's figures of this run "
+                         "inside the runs' ranges, or within --tolerance of them?")
+    ap.add_argument("--tolerance", type=float, default=0.15,
+                    help="--check: how far outside a range (a fraction of its nearer "
+                         "edge) a figure still agrees (default 0.15)")
     args = ap.parse_args(argv)
     if "-" in args.sizes and "," not in args.sizes:
         lo, hi = (parse_size(s) for s in args.sizes.split("-"))
@@ -1133,7 +1141,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.summary:
         from_runs = [json.load(open(f)) for f in args.summary]
-        print(runs_summary(from_runs))
+        if args.check:
+            text, misses = check_run(from_runs, json.load(open(args.check)), args.tolerance)
+            print(text)
+            return 1 if misses else 0
+        print(headline(from_runs) if args.headline else runs_summary(from_runs))
         return 0
     columns = [c for c in COLUMNS if c in args.libs]
 
@@ -1186,6 +1198,103 @@ def main(argv=None) -> int:
                f"median of {args.repeat} repetitions, band: their min-max")
     log(f"wrote {args.out}.{{json,csv,txt,png}} in {meta['seconds']} s")
     return 0
+
+
+NAMES = {"rc.op": "op", "gloo": "gloo", "deepspeed": "DeepSpeed", "oneccl": "oneCCL",
+         "mpich": "MPICH", "openmpi": "Open MPI", "intel-mpi": "Intel MPI"}
+
+
+def headline_figures(runs, dtype="float32"):
+    """The README's figures from several runs, per (p, size): rc.op's time, the
+    fastest other library's time / rc.op's (the library with the lowest median of
+    the runs' medians, gloo and ringcoll's own columns left out), and gloo's time /
+    rc.op's; each as the runs' (min, max). {(p, size): {figure: (lo, hi)}, "best":
+    column}."""
+    by = {}
+    for run in runs:
+        for s in run["summary"]:
+            if s["dtype"] == dtype and "median_us" in s:
+                by.setdefault((s["p"], s["size"], s["column"]), []).append(s)
+    out = {}
+    for p, size in sorted({(k[0], k[1]) for k in by}):
+        others = {c: statistics.median(x["median_us"] for x in ss)
+                  for (pp, sz, c), ss in by.items() if (pp, sz) == (p, size)
+                  and c not in OURS + STOCK and all("ratio" in x for x in ss)}
+        op = by.get((p, size, REFERENCE))
+        if not op or not others:
+            continue
+        best = min(others, key=others.get)
+        fig = {"best": best, "op_us": [x["median_us"] for x in op],
+               "best_ratio": [x["ratio"] for x in by[(p, size, best)]]}
+        if (p, size, "gloo") in by:
+            fig["gloo_ratio"] = [x["ratio"] for x in by[(p, size, "gloo")] if "ratio" in x]
+        out[(p, size)] = fig
+    return out
+
+
+def _span(xs, fmt):
+    return f"{fmt(min(xs))}-{fmt(max(xs))}"
+
+
+def _time(t_us):
+    return f"{us(t_us / 1000)} ms" if t_us >= 10_000 else f"{us(t_us)} us"
+
+
+def headline(runs) -> str:
+    """The README's table: per size, p = 2 and 4, the op's time, the fastest other
+    library / the op, gloo / the op (min-max over the runs' medians)."""
+    figs = headline_figures(runs)
+    ps = sorted({p for p, _ in figs})
+    out = [f"# over {len(runs)} runs; ratios above 1: ringcoll's op is faster",
+           "| size | " + " | ".join(f"p = {p}: op | fastest other / op | gloo / op" for p in ps)
+           + " |", "|---|" + "---|---|---|" * len(ps)]
+    for size in sorted({s for _, s in figs}):
+        cells = []
+        for p in ps:
+            f = figs.get((p, size))
+            if f is None:
+                cells.append("- | - | -")
+                continue
+            lo, hi = min(f["op_us"]), max(f["op_us"])
+            op = (f"{_time(lo)}-{_time(hi)}" if (lo >= 10_000) != (hi >= 10_000)
+                  else f"{_span([lo / 1000, hi / 1000], us)} ms" if lo >= 10_000
+                  else f"{_span([lo, hi], us)} us")
+            gloo = (_span(f["gloo_ratio"], lambda r: f"{r:.0f}" if r >= 10 else f"{r:.1f}")
+                    + "x" if f.get("gloo_ratio") else "-")
+            cells.append(f"{op} | {NAMES.get(f['best'], f['best'])} "
+                         f"{_span(f['best_ratio'], lambda r: f'{r:.2f}')} | {gloo}")
+        out.append(f"| {human(size)} | " + " | ".join(cells) + " |")
+    return "\n".join(out)
+
+
+def check_run(runs, new, tolerance):
+    """Each headline figure of `new` against the range `runs` give it: inside,
+    within `tolerance` (a fraction of the nearer edge) outside, or a miss. Returns
+    (text, number of misses)."""
+    figs = headline_figures(runs)
+    mine = {(s["p"], s["size"], s["column"]): s for s in new["summary"]
+            if s["dtype"] == "float32" and "median_us" in s}
+    rows, counts = [], {"inside": 0, "within": 0, "miss": 0}
+    for (p, size), f in sorted(figs.items()):
+        for name, col, key, xs in (("op us", REFERENCE, "median_us", f["op_us"]),
+                                   (f"{f['best']} / op", f["best"], "ratio", f["best_ratio"]),
+                                   ("gloo / op", "gloo", "ratio", f.get("gloo_ratio"))):
+            got = (mine.get((p, size, col)) or {}).get(key)
+            if not xs or got is None:
+                rows.append(f"p = {p} {human(size):>7} {name:>18}: no figure in this run")
+                counts["miss"] += 1
+                continue
+            lo, hi = min(xs), max(xs)
+            off = (lo - got) / lo if got < lo else (got - hi) / hi if got > hi else 0.0
+            verdict = "inside" if off == 0 else "within" if off <= tolerance else "miss"
+            counts[verdict] += 1
+            rows.append(f"p = {p} {human(size):>7} {name:>18}: {got:10.4g} in "
+                        f"{lo:.4g}-{hi:.4g}: {verdict}" + (f" ({off:.0%} outside)" if off else ""))
+    head = (f"# {new['meta'].get('date', '?')} (load {new['meta']['load_start'][0]:.1f}-"
+            f"{new['meta']['load_end'][0]:.1f}) against {len(runs)} runs: "
+            f"{counts['inside']} inside, {counts['within']} within {tolerance:.0%} of an "
+            f"edge, {counts['miss']} outside that")
+    return "\n".join([head] + rows), counts["miss"]
 
 
 def runs_summary(runs) -> str:

@@ -160,3 +160,34 @@ def test_every_library_installs_pinned_and_is_a_column():
             for req in step:
                 assert "==" in req or req in ("numpy", "ninja"), (lib, req)
     json.dumps(v.LIBRARIES)  # what the venv's marker records
+
+
+def _runs(scales, column="deepspeed"):
+    """Runs of _rows() whose `column` times are scaled by `scales` (one run each)."""
+    runs = []
+    for k, scale in enumerate(scales):
+        rows = [dict(r, median_us=r["median_us"] * scale) if r["column"] == column
+                and "median_us" in r else r for r in _rows()]
+        runs.append({"meta": {"date": f"run {k}", "load_start": [1.0], "load_end": [2.0]},
+                     "summary": v.summarize(rows, COLUMNS)})
+    return runs
+
+
+def test_headline_names_the_fastest_other_library_and_its_range():
+    # 8 B: DeepSpeed 2x rc.op's time (its 1.5x run: 3x) against Intel MPI's 1 us: Intel
+    # MPI is the fastest; rc.op's medians 3 us, Intel MPI's ratios 1/2 and 1/4 per
+    # repetition, median 0.375; gloo 10x
+    text = v.headline(_runs((1.0, 1.5)))
+    row = next(ln for ln in text.splitlines() if ln.startswith("| 8 B |"))
+    assert row == "| 8 B | 3.00-3.00 us | Intel MPI 0.38-0.38 | 10-10x |", row
+
+
+def test_check_counts_figures_inside_within_the_tolerance_and_outside():
+    refs = _runs((1.0, 1.2), "rc.op")  # rc.op 3-3.6 us at 8 B; the ratios 1/1.2-1x theirs
+    # a rerun with rc.op 1.3x as slow: its time 8 % past the edge, each ratio 8 %;
+    # 2x: 67 % and 40 %
+    text, misses = v.check_run(refs, _runs((1.3,), "rc.op")[0], 0.15)
+    assert misses == 0 and "(8% outside)" in text, text
+    assert text.splitlines()[0].endswith("0 inside, 6 within 15% of an edge, 0 outside that")
+    text, misses = v.check_run(refs, _runs((2.0,), "rc.op")[0], 0.15)
+    assert misses == 6 and "miss (67% outside)" in text and "miss (40% outside)" in text, text
