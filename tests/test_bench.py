@@ -226,6 +226,25 @@ def test_tables_and_comparison_with_spread():
     assert "1.33-4.00" in table and "above 1, ringcoll is faster" in table.splitlines()[0]
 
 
+def test_graph_rows_are_compared_within_their_mode():
+    """A graph-mode row (--graph) is its own table and is compared only with the
+    baseline's graph row of the same point, never with an eager one."""
+    rows = _rows()
+    # the graph mode: ringcoll 4x faster than in its eager rows, gloo unchanged
+    graphs = [dict(r, graph=5, ip=r["ip"] and dict(r["ip"], time_us=r["ip"]["time_us"] / 4,
+                                                  runs_us=[t / 4 for t in r["ip"]["runs_us"]])
+                   if r["backend"] == "ringcoll" else r["ip"]) for r in rows]
+    comp = report.comparison(rows + graphs)
+    eager = [c for c in comp if c["mode"] == "eager"]
+    graph = [c for c in comp if c["mode"] == "graph"]
+    assert len(eager) == len(graph) == 4, comp
+    assert all(c["ratio"] == pytest.approx(2.0) for c in eager)
+    assert all(c["ratio"] == pytest.approx(8.0) for c in graph), graph
+    text = report.tables(rows + graphs)
+    assert "# ringcoll (transport auto), graph mode: 5 calls captured, replayed all_reduce" in text
+    assert " graph      gloo" in report.comparison_table(rows + graphs)
+
+
 def test_counts_for_gives_each_measured_size_one_row():
     """Two sizes of a sweep that round to one element count are one point: the size
     nearest the bytes measured runs it, the other says where its point is (p = 4
@@ -613,3 +632,38 @@ def test_a_rank_that_dies_stops_the_world_and_is_named(monkeypatch):
     summary = err.value.summary()
     assert "rank 1 of 2: exited with code 3" in summary and "\n" not in summary, summary
     assert err.value.stopped in ([0], [])  # rank 0 was left waiting, or failed too
+
+
+def test_graph_mode_end_to_end(tmp_path, capsys):
+    """-G 3 on the stream emulation: beside each eager row a graph row whose calls
+    were captured once and replayed (exact, its calls counted per captured call),
+    compared with the baseline in the same mode only; gloo cannot capture on the
+    CPU and its graph rows say so."""
+    rc = main(["-b", "8", "-e", "4K", "-f", "512", "--nproc", "2", "--budget", "0.01",
+               "-n", "2", "-R", "2", "-w", "1", "--transport", "stream", "-G", "3",
+               "--collectives", "all_reduce,all_gather", "--out", str(tmp_path)])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert ("# ringcoll (transport stream), graph mode: 3 calls captured, replayed "
+            "all_reduce, 2 processes, cpu") in out
+    assert "skipped: gloo has no capture on the CPU (no CUDA graph)" in out
+    rows = json.loads((tmp_path / "ringcoll-bench.json").read_text())["results"]
+    graphs = [r for r in rows if r.get("graph") == 3 and r["backend"] == "ringcoll"]
+    assert {(r["collective"], r["size"]) for r in graphs} == {
+        ("all_reduce", 8), ("all_reduce", 4096), ("all_gather", 8), ("all_gather", 4096)}
+    ms = [r[k] for r in graphs for k in ("oop", "ip") if r[k]]
+    assert len(ms) == 2 + 2 * 2 and all(m["wrong"] == 0 for m in ms), ms
+    assert all(m["calls"] % 3 == 0 and len(m["runs_us"]) == 2 for m in ms), ms
+    assert all(r.get("skipped") for r in rows if r.get("graph") and r["backend"] == "gloo")
+    comp = report.comparison(rows)
+    assert {c["mode"] for c in comp} == {"eager"}, comp  # gloo has no graph figure
+    assert len(comp) == 4, comp
+
+
+def test_graph_mode_needs_the_stream_emulation_on_cpu(tmp_path, capsys):
+    rc = main(["-b", "8", "-e", "8", "--nproc", "2", "--budget", "0.01", "-n", "2", "-R", "1",
+               "-w", "1", "--transport", "shm", "-G", "2", "--collectives", "all_reduce",
+               "--out", str(tmp_path)])
+    assert rc == 0
+    assert "ringcoll captures CPU collectives on its stream emulation only" in \
+        capsys.readouterr().out

@@ -217,8 +217,15 @@ def parser() -> argparse.ArgumentParser:
                     help="RINGCOLL_ALGO for the ringcoll group (an algorithm name, a "
                          "per-collective selection or auto; docs/KNOBS.md); default: the "
                          "environment's RINGCOLL_ALGO, else ring")
-    ap.add_argument("--transport", default="auto", choices=["auto", "shm", "gloo"],
-                    help="ringcoll's transport (ringcoll.Options(transport=...)); default auto")
+    ap.add_argument("--transport", default="auto", choices=["auto", "shm", "gloo", "stream"],
+                    help="ringcoll's transport (ringcoll.Options(transport=...); stream: the "
+                         "CPU emulation of the CUDA path); default auto")
+    ap.add_argument("-G", "--graph", type=int, default=0, metavar="K",
+                    help="besides each eager measurement, one of K calls captured in a graph "
+                         "and replayed (nccl-tests' -G): time per call = replay time / K; "
+                         "CUDA: torch.cuda.graph for every backend; cpu: ringcoll with "
+                         "--transport stream (ringcoll.graphs), other backends say why not; "
+                         "default 0 (eager only)")
     ap.add_argument("--out", default="bench-out", metavar="DIR",
                     help="where --json, --csv and --plot write when they are not given: "
                          "DIR/ringcoll-bench.json, .csv and .png; default %(default)s")

@@ -31,8 +31,15 @@ def _cell(m):
     return f"{m['time_us']:10.1f} {spread:>17} {m['algbw']:8.3f} {m['busbw']:8.3f} {m['wrong']:6d}"
 
 
-def _label(backend, transport):
-    return f"{backend} (transport {transport})" if transport else backend
+def _label(backend, transport, graph=0):
+    name = f"{backend} (transport {transport})" if transport else backend
+    return name + (f", graph mode: {graph} calls captured, replayed" if graph else "")
+
+
+def _mode(r) -> str:
+    """'eager', or 'graph' for a row of the graph mode (--graph: K calls captured in a
+    graph and replayed, time per call = replay time / K)."""
+    return "graph" if r.get("graph") else "eager"
 
 
 def tables(rows) -> str:
@@ -41,11 +48,11 @@ def tables(rows) -> str:
     groups = defaultdict(list)
     for r in rows:
         groups[(r["backend"], r["collective"], r["nproc"], r["device"],
-                r.get("transport"))].append(r)
+                r.get("transport"), r.get("graph", 0))].append(r)
     head = f"{'time(us)':>10} {'min-max(us)':>17} {'algbw':>8} {'busbw':>8} {'#wrong':>6}"
     out = []
-    for (backend, coll, p, device, transport), rs in groups.items():
-        out.append(f"# {_label(backend, transport)} {coll}, {p} processes, {device}")
+    for (backend, coll, p, device, transport, graph), rs in groups.items():
+        out.append(f"# {_label(backend, transport, graph)} {coll}, {p} processes, {device}")
         out.append(f"#{'':>45} {'out-of-place':^53} | {'in-place':^53}")
         out.append(f"#{'size':>11} {'count':>11} {'type':>9} {'redop':>6} {'root':>4} "
                    f"{head} | {head}")
@@ -132,14 +139,16 @@ def ratio_spread(base_runs_us, ring_runs_us) -> tuple[float, float]:
 def comparison(rows) -> list[dict]:
     """ringcoll's busbw over the baseline's (= baseline time / ringcoll time), per
     (collective, nproc, size), with the min-max of the per-run ratios."""
-    by = {(r["backend"], r["collective"], r["nproc"], r["size"], r["device"]): r for r in rows}
+    by = {(r["backend"], _mode(r), r["collective"], r["nproc"], r["size"], r["device"]): r
+          for r in rows}
     bases = sorted({k[0] for k in by} - {"ringcoll"})
     out = []
-    for (backend, coll, p, size, device), r in sorted(by.items(), key=lambda kv: kv[0][1:]):
+    for (backend, mode, coll, p, size, device), r in sorted(by.items(),
+                                                            key=lambda kv: kv[0][1:]):
         if backend != "ringcoll":
             continue
         for base in bases:
-            b = by.get((base, coll, p, size, device))
+            b = by.get((base, mode, coll, p, size, device))
             if b is None:
                 continue
             mr, mb = _best(r["oop"], r["ip"]), _best(b["oop"], b["ip"])
@@ -148,7 +157,7 @@ def comparison(rows) -> list[dict]:
             lo, hi = ratio_spread(mb.get("runs_us", [mb["time_us"]]),
                                   mr.get("runs_us", [mr["time_us"]]))
             out.append({"collective": coll, "nproc": p, "size": size, "baseline": base,
-                        "transport": r.get("transport"),
+                        "mode": mode, "transport": r.get("transport"),
                         "ringcoll_busbw": mr["busbw"], "baseline_busbw": mb["busbw"],
                         "ringcoll_time_us": mr["time_us"], "baseline_time_us": mb["time_us"],
                         "ratio": mb["time_us"] / mr["time_us"] if mr["time_us"] > 0
@@ -165,18 +174,19 @@ def comparison_table(rows) -> str:
     lines = ["# ratio = baseline time / ringcoll time = ringcoll busbw / baseline busbw, "
              "in-place where the collective has it: above 1, ringcoll is faster (2.00: in "
              "half the time); below 1, the baseline is; min-max: the lowest and highest "
-             "ratio over the paired runs",
-             f"{'collective':>15} {'nproc':>5} {'size':>10} {'baseline':>9} "
+             "ratio over the paired runs; mode: eager (each call alone) or graph (--graph: "
+             "K calls captured once, replayed; both sides in the same mode)",
+             f"{'collective':>15} {'nproc':>5} {'size':>10} {'mode':>5} {'baseline':>9} "
              f"{'ringcoll us':>12} {'base us':>12} {'ratio':>8} {'min-max':>13}"]
     for c in comp:
         spread = f"{c['ratio_min']:.2f}-{c['ratio_max']:.2f}"
         lines.append(f"{c['collective']:>15} {c['nproc']:5d} {human(c['size']):>10} "
-                     f"{c['baseline']:>9} {c['ringcoll_time_us']:12.1f} "
+                     f"{c['mode']:>5} {c['baseline']:>9} {c['ringcoll_time_us']:12.1f} "
                      f"{c['baseline_time_us']:12.1f} {c['ratio']:8.2f} {spread:>13}")
     for r in rows:  # points with no ratio
         if r["backend"] == "ringcoll" and r.get("skipped"):
             lines.append(f"{r['collective']:>15} {r['nproc']:5d} {human(r['size']):>10} "
-                         f"{'-':>9} skipped: {r['skipped']}")
+                         f"{_mode(r):>5} {'-':>9} skipped: {r['skipped']}")
     return "\n".join(lines)
 
 
@@ -187,8 +197,8 @@ def write_json(path, rows, meta) -> None:
 
 def write_csv(path, rows) -> None:
     """One line per row; per placement the _COLS (runs_us stays in the JSON)."""
-    keys = ["backend", "transport", "collective", "nproc", "device", "dtype", "op", "size",
-            "count", "root"]
+    keys = ["backend", "transport", "graph", "collective", "nproc", "device", "dtype", "op",
+            "size", "count", "root"]
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(keys + [f"{k}_{c}" for k in ("oop", "ip") for c in _COLS])
@@ -206,7 +216,8 @@ def plot_series(rows) -> dict:
         m = _best(r["oop"], r["ip"])
         if m is None or m["busbw"] <= 0:
             continue
-        lines[(r["collective"], r["backend"] != "ringcoll", r["backend"], r["nproc"])].append(
+        name = r["backend"] + (" (graph)" if r.get("graph") else "")
+        lines[(r["collective"], r["backend"] != "ringcoll", name, r["nproc"])].append(
             (r["size"], m["busbw"], m.get("busbw_min", m["busbw"]),
              m.get("busbw_max", m["busbw"])))
     order = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "gather",

@@ -53,6 +53,7 @@ import torch
 import torch.distributed as dist
 
 from . import records
+from .records import Case
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
           "bfloat16": torch.bfloat16}
@@ -178,6 +179,43 @@ def measure(cases: dict, args, device: str, meta) -> dict:
     return {b: (worst[j].tolist(), calls[j]) for j, b in enumerate(names)}
 
 
+def graph_case(case, k: int, device: str, backend: str, group, transport: str):
+    """(Case whose run() replays `k` calls of `case` captured in a graph, a Case
+    replaying one call for the check; or None, None and why not). CUDA: torch.cuda.graph
+    after warm-up calls on a side stream, as torch's docs ask; cpu: ringcoll's stream
+    emulation (ringcoll.graphs)."""
+    def capture(calls):
+        if device == "cuda":
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    case.run()
+            torch.cuda.current_stream().wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(calls):
+                    case.run()
+            return g
+        from ..graphs import EmulatedGraph
+
+        g = EmulatedGraph(group)
+        with g.capture():
+            for _ in range(calls):
+                case.run()
+        return g
+
+    if device != "cuda":
+        if not backend.startswith("ringcoll"):
+            return None, None, f"{backend} has no capture on the CPU (no CUDA graph)"
+        if transport != "stream":
+            return None, None, ("ringcoll captures CPU collectives on its stream emulation "
+                                "only: --transport stream")
+    whole, one = capture(k), capture(1)
+    return (Case(whole.replay, case.output, case.expected, case.reset),
+            Case(one.replay, case.output, case.expected, case.reset), "")
+
+
 def check(case, meta):
     """#wrong summed over ranks after one call on freshly reset inputs (a rank whose
     output the collective leaves undefined, reduce's and gather's other ranks,
@@ -188,6 +226,25 @@ def check(case, meta):
     wrong = torch.tensor([bad], dtype=torch.int64)
     dist.all_reduce(wrong, group=meta)
     return int(wrong.item())
+
+
+def measure_graphs(cases, groups, args, device, meta, coll, nbytes, p):
+    """The graph mode of one placement: ({backend: measurement per call}, {backend: why
+    it cannot capture}). Every capturable backend's K-call graph is timed by measure()
+    side by side, as the eager calls are; per-call time = replay time / K; the check
+    replays a graph of one call on fresh inputs."""
+    k = args.graph
+    whole, one, why = {}, {}, {}
+    for b, case in cases.items():
+        whole[b], one[b], why[b] = graph_case(case, k, device, b, groups[b], args.transport)
+    timed = {b: c for b, c in whole.items() if c is not None}
+    out = {}
+    if timed:
+        for b, (runs_s, calls) in measure(timed, args, device, meta).items():
+            wrong = check(one[b], meta) if args.check else 0
+            out[b] = records.measurement(coll, nbytes, p, [t / k for t in runs_s], calls * k,
+                                         wrong)
+    return out, {b: w for b, w in why.items() if w}
 
 
 def ringcoll_algo(backend, args) -> str | None:
@@ -282,6 +339,8 @@ def sweep(args, device, meta, log=print):
                 if why:
                     point[b]["skipped"] = why
             served = {b: g for b, g in groups.items() if "skipped" not in point[b]}
+            # The graph mode's rows: the same point, K calls per replay (--graph).
+            graphed = {b: dict(row, graph=args.graph) for b, row in point.items()}
             for key, inplace in (("oop", False), ("ip", True)):
                 cases = {b: rec.build(rank, p, count, dtype, args.op, dev, inplace, g)
                          for b, g in served.items()}
@@ -291,10 +350,19 @@ def sweep(args, device, meta, log=print):
                     wrong = check(cases[b], meta) if args.check else 0
                     point[b][key] = records.measurement(coll, count * elem, p, runs_s, calls,
                                                         wrong)
+                if args.graph:
+                    ms, why = measure_graphs(cases, served, args, device, meta, coll,
+                                             count * elem, p)
+                    for b, m in ms.items():
+                        graphed[b][key] = m
+                    for b, w in why.items():
+                        graphed[b]["skipped"] = w
             for b, row in point.items():
                 m = row["ip"] or row["oop"]
                 line.append(f"{b} {coll} " + ("skipped" if m is None else f"{m['busbw']:.3f}"))
             rows += point.values()
+            if args.graph:
+                rows += graphed.values()
         if rank == 0:
             log(f"[p={p}] {size:>10d} B  busbw GB/s: " + ", ".join(line), file=sys.stderr,
                 flush=True)
