@@ -911,3 +911,66 @@ def test_gpu_first_call_waiting_for_a_missing_rank_ends_on_abort():
     print(f"[first call aborted] {r0}")
     assert not r0["alive"] and r0["abort_s"] < 5 and r0["elapsed"] < 6, r0
     assert r0["err"] and "aborted" in r0["err"], r0
+
+
+def gpu_capture(rank, p):
+    """torch.cuda.graph captures ringcoll's all-reduce, reduce-scatter, all-gather and
+    a send/recv ring beside NCCL's same calls; 100 replays with new inputs before each
+    must equal NCCL's replayed results exactly; a barrier inside the capture raises
+    (backend/capture.h)."""
+    _set_device(rank)
+    nccl = dist.new_group(backend="nccl")
+    f = []
+    n = 4099
+    bufs = {g: {"ar": torch.zeros(n, device="cuda"),
+                "rs_in": torch.zeros(n * p, device="cuda"), "rs": torch.zeros(n, device="cuda"),
+                "ag_in": torch.zeros(n, device="cuda"), "ag": torch.zeros(n * p, device="cuda"),
+                "send": torch.zeros(n, device="cuda"), "recv": torch.zeros(n, device="cuda")}
+            for g in ("ringcoll", "nccl")}
+
+    def calls(t, group):
+        dist.all_reduce(t["ar"], group=group)
+        dist.reduce_scatter_tensor(t["rs"], t["rs_in"], group=group)
+        dist.all_gather_into_tensor(t["ag"], t["ag_in"], group=group)
+        ops = [dist.P2POp(dist.isend, t["send"], (rank + 1) % p, group=group),
+               dist.P2POp(dist.irecv, t["recv"], (rank - 1) % p, group=group)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+
+    graphs = {}
+    for name, group in (("ringcoll", None), ("nccl", nccl)):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            calls(bufs[name], group)  # warm-up outside the capture, as torch asks
+        torch.cuda.current_stream().wait_stream(side)
+        graphs[name] = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graphs[name]):
+            calls(bufs[name], group)
+    try:
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            dist.barrier()
+        f.append("a barrier was captured")
+    except Exception as e:  # noqa: BLE001
+        if "barrier cannot be captured" not in str(e):
+            f.append(f"barrier under capture: {e}")
+    for k in range(100):
+        for j, key in enumerate(("ar", "rs_in", "ag_in", "send")):
+            v = ((torch.arange(bufs["nccl"][key].numel(), device="cuda") * 7 + rank * 5 + k * 3
+                  + j) % 11).float()
+            for name in graphs:
+                bufs[name][key].copy_(v)
+        for name in graphs:
+            graphs[name].replay()
+        torch.cuda.synchronize()
+        for key in ("ar", "rs", "ag", "recv"):
+            if not torch.equal(bufs["ringcoll"][key], bufs["nccl"][key]):
+                f.append(f"replay {k}: {key} differs from NCCL's")
+        if f:
+            break
+    return f
+
+
+@pytest.mark.parametrize("p", WORLDS)
+def test_gpu_capture_vs_nccl(p):
+    _assert_no_failures(gpu_world(p, gpu_capture, timeout=600))

@@ -359,6 +359,14 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::reduce_scatter(
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::barrier(const c10d::BarrierOptions& opts) {
   const char* op = "barrier";
+  // It runs on the host (below), where a CUDA graph records nothing: inside a
+  // capture it would block once now and never at a replay (backend/capture.h).
+  if (cudaCapturing()) {
+    C10_THROW_ERROR(DistBackendError,
+                    "ringcoll::barrier: a barrier cannot be captured into a CUDA graph: it "
+                    "blocks the host until every rank arrived, which a replay does not "
+                    "repeat; call it outside the capture");
+  }
   // The barrier's p bytes. Its own tensor, so that it runs where this group's CPU
   // collectives run (launch() routes by tensor): on the stream path under
   // RINGCOLL_TRANSPORT=stream, in order with them (it overtook queued async ones on

@@ -16,6 +16,15 @@ void RingcollBackend::refuseUnderCapture(const CallLabel& label, const char* wha
                            "collectives and point-to-point calls are)"));
 }
 
+bool RingcollBackend::cudaCapturing() {
+  std::shared_ptr<StreamPath> path;
+  {
+    std::lock_guard<Mutex> lock(pathMutex_);
+    path = cuda_;  // none before the group's first CUDA collective: nothing captured
+  }
+  return path && path->capturing();
+}
+
 void RingcollBackend::captureBegin() {
   TORCH_CHECK(knobs_.transport == "stream",
               "ringcoll: capturing CPU collectives needs the stream emulation "

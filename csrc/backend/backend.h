@@ -499,6 +499,9 @@ class RingcollBackend final : public c10d::Backend {
   // Throws for `label` if an emulated capture is under way: the call runs at once on
   // a host transport, where nothing can be recorded (`what` says which).
   void refuseUnderCapture(const CallLabel& label, const char* what) const;
+  // Whether this thread's current CUDA stream is capturing a graph, as seen by the
+  // group's CUDA path (false before its first CUDA collective).
+  bool cudaCapturing();
   std::unique_ptr<RoutedTransport> p2pStreamHost_;
   std::vector<uint64_t> pairSeq_[2];
   // The stream path for `first`'s device, created if needed; throws if stopped.
