@@ -18,6 +18,10 @@
 #             (RINGCOLL_GPU_CHUNK_BYTES) side by side with NCCL Ring
 #   final     ringcoll.bench, the default against NCCL Ring, 8 B-128 MiB by 64x,
 #             p = 2, 3, 4 (the issue's grid)
+#   graphs    ringcoll.bench -G 20: 8 B-64 KiB, each call eager and 20 captured in a
+#             CUDA graph per replay, ringcoll and NCCL Ring (issue 48's graph targets)
+#   pyalgos   ringcoll.bench all-reduce: pyring, swing and twolevel (Python) beside
+#             the built-in ring and NCCL Ring, 8 B-32 MiB
 # The benchmarks run under CUDA MPS (started here, stopped at the end); the tests
 # and the sanitizer without it (compute-sanitizer does not run under MPS).
 set -uo pipefail
@@ -95,6 +99,20 @@ for step in "$@"; do
       timeout ${FINAL_LIMIT_S:-300} $BENCH -b 8 -e 128M -f 64 --backends ringcoll,nccl-ring \
         --json "$OUT/final.json" --csv "" --plot "" > "$OUT/final.txt" 2>&1 || rc=1
       tail -40 "$OUT/final.txt" | tee -a "$LOG" ;;
+    graphs)
+      # Issue 48's graph mode: K = 20 calls captured per replay, beside the eager calls
+      mps_on
+      timeout ${GRAPHS_LIMIT_S:-300} $BENCH -b 8 -e 64K -f 8 -G 20 --backends ringcoll,nccl-ring \
+        --json "$OUT/graphs.json" --csv "" --plot "" > "$OUT/graphs.txt" 2>&1 || rc=1
+      grep -E " graph " "$OUT/graphs.txt" | tail -30 | tee -a "$LOG" ;;
+    pyalgos)
+      # The algorithms written in Python on CUDA tensors beside the built-in ring
+      mps_on
+      RINGCOLL_ALGO_MODULES=examples/pyring.py timeout ${PYALGOS_LIMIT_S:-300} $BENCH \
+        -b 8 -e 32M -f 64 --collectives all_reduce \
+        --backends ringcoll,ringcoll+gpu_algo=pyring,ringcoll+gpu_algo=swing,ringcoll+gpu_algo=twolevel,nccl-ring \
+        --json "$OUT/pyalgos.json" --csv "" --plot "" > "$OUT/pyalgos.txt" 2>&1 || rc=1
+      grep -E "busbw GB/s" "$OUT/pyalgos.txt" | tee -a "$LOG" ;;
     *) say "unknown step $step"; rc=1 ;;
   esac
 done

@@ -19,6 +19,8 @@ build of ringcoll).
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -974,3 +976,51 @@ def gpu_capture(rank, p):
 @pytest.mark.parametrize("p", WORLDS)
 def test_gpu_capture_vs_nccl(p):
     _assert_no_failures(gpu_world(p, gpu_capture, timeout=600))
+
+
+PY_ALGOS_GPU = ("pyring", "swing", "twolevel", "bruck")  # written in Python
+
+
+def gpu_python_algorithms(rank, p):
+    """Each algorithm written in Python, on CUDA tensors, in a group of its own
+    (Options(gpu_algo=...)): what it provides against NCCL's result, exact, at counts
+    0, 1, p - 1, p + 1 and 70001; where it declares it does not serve p, the group's
+    refusal says so."""
+    import ringcoll
+    from ringcoll import _C
+
+    _set_device(rank)
+    nccl = dist.new_group(backend="nccl")
+    f = []
+    for algo in PY_ALGOS_GPU:
+        provides = _C.provides(algo)
+        group = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(gpu_algo=algo))
+        for n in (0, 1, p - 1, p + 1, 70001):
+            if "allreduce" in provides and not _C.refusal(algo, "allreduce", p, n):
+                for dtype, op in ((torch.float32, dist.ReduceOp.SUM),
+                                  (torch.int32, dist.ReduceOp.MAX)):
+                    v = ((torch.arange(n) * 7 + rank * 5) % 11).to(dtype).cuda()
+                    x, y = v.clone(), v.clone()
+                    dist.all_reduce(x, op=op, group=group)
+                    dist.all_reduce(y, op=op, group=nccl)
+                    if not torch.equal(x, y):
+                        f.append(f"{algo} all_reduce {dtype} n={n} differs from NCCL")
+            if "allgather" in provides and not _C.refusal(algo, "allgather", p, n * p):
+                v = ((torch.arange(n) * 3 + rank) % 13).float().cuda()
+                out = torch.empty(n * p, device="cuda")
+                ref = torch.empty(n * p, device="cuda")
+                dist.all_gather_into_tensor(out, v, group=group)
+                dist.all_gather_into_tensor(ref, v, group=nccl)
+                if not torch.equal(out, ref):
+                    f.append(f"{algo} all_gather n={n} differs from NCCL")
+        dist.destroy_process_group(group)
+    torch.cuda.synchronize()
+    return f
+
+
+@pytest.mark.parametrize("p", WORLDS)
+def test_gpu_python_algorithms_vs_nccl(p):
+    pyring = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "examples", "pyring.py")
+    _assert_no_failures(gpu_world(p, gpu_python_algorithms, timeout=600,
+                                  env={"RINGCOLL_ALGO_MODULES": pyring}))
