@@ -46,9 +46,9 @@ def transport(request):
 # deselected. (CI_TEST_SHARD is not a RINGCOLL_ name: the test processes inherit
 # this environment, and ringcoll warns about RINGCOLL_ names it does not know.)
 SANITIZED = {
-    # whole: the lock rule's and the teardown's tests, the soak, the op
+    # whole: the lock rule's and the teardown's tests, the soak, the op, capture
     "test_programs.py": (1, 1), "test_stream_p2p.py": (1, 1), "test_soak.py": (1, 1),
-    "test_ops.py": (1, 1),
+    "test_ops.py": (1, 1), "test_capture.py": (1, 1),
     # a share: grids over transports, world sizes and algorithms
     "test_stream.py": (1, 2), "test_p2p.py": (1, 2), "test_failures.py": (1, 3),
     "test_python_algorithms.py": (1, 4),
