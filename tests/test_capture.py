@@ -122,31 +122,44 @@ def test_a_python_algorithm_is_captured_and_replayed():
                   env={"RINGCOLL_ALGO": "pyring", "RINGCOLL_ALGO_MODULES": pyring})
 
 
+def _error(fn):
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__}: {e}"
+    return "no error"
+
+
 def refusals_world(rank, p):
-    """What cannot be captured raises at capture time, naming the call; the group
+    """What cannot be captured raises at capture time, naming the call; another
+    thread's call runs at once (a capture is the capturing thread's); the group
     works after the capture."""
+    import threading
+
     from ringcoll.graphs import EmulatedGraph
 
     out = {}
+    before = EmulatedGraph()
+    with before.capture():
+        dist.all_reduce(torch.ones(2))
+    other = dist.new_group(backend="ringcoll")
     x = torch.ones(4)
+    y = torch.full((3,), float(rank + 1))
     g = EmulatedGraph()
     with g.capture():
         dist.all_reduce(x)
-        try:
-            dist.barrier()
-        except Exception as e:  # noqa: BLE001
-            out["barrier"] = f"{type(e).__name__}: {e}"
-        try:
-            EmulatedGraph().replay()
-        except Exception as e:  # noqa: BLE001
-            out["replay_uncaptured"] = str(e)
-        try:
-            g2 = EmulatedGraph()
-            with g2.capture():
-                pass
-        except Exception as e:  # noqa: BLE001
-            out["nested"] = str(e)
+        out["barrier"] = _error(dist.barrier)
+        out["replay_uncaptured"] = _error(EmulatedGraph().replay)
+        out["replay_inside"] = _error(before.replay)
+        out["nested"] = _error(lambda: EmulatedGraph().capture().__enter__())
+        sparse = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 2.0]), (4,))
+        out["sparse"] = _error(lambda: dist.all_reduce(sparse))
+        t = threading.Thread(target=lambda: dist.all_reduce(y))
+        t.start()
+        t.join()
+        out["other_thread"] = y.tolist()  # ran at once, not recorded
     out["ops"] = g.ops
+    out["foreign"] = _error(lambda: other._get_backend(torch.device("cpu"))._replay(g._graph))
     out["x_at_capture"] = x.tolist()  # not written by the capture
     g.replay()
     out["x_after_replay"] = x.tolist()
@@ -163,8 +176,12 @@ def test_what_cannot_be_captured_raises_at_capture_time():
         assert r["barrier"].startswith("DistBackendError") and "barrier #" in r["barrier"], r
         assert "cannot be captured" in r["barrier"] and "blocks the host" in r["barrier"], r
         assert "replay() before capture()" in r["replay_uncaptured"], r
+        assert "cannot be replayed inside a capture" in r["replay_inside"], r
         assert "already under way" in r["nested"], r
-        assert r["ops"] == [f"ringcoll::allreduce #1 (rank {rank} of {p})"], r
+        assert "cannot be captured" in r["sparse"] and "sparse" in r["sparse"], r
+        assert r["other_thread"] == [3.0] * 3, r
+        assert "captured on another process group" in r["foreign"], r
+        assert r["ops"] == [f"ringcoll::allreduce #2 (rank {rank} of {p})"], r
         assert r["x_at_capture"] == [1.0] * 4 and r["x_after_replay"] == [2.0] * 4, r
         assert r["eager_after"] == [3.0] * 5, r
 
@@ -268,13 +285,14 @@ def test_a_replay_whose_peer_died_raises_naming_the_launch_and_the_peer():
 
 
 def mismatch_world(rank, p):
-    """The ranks capture different graphs: the replay fails the device's check."""
+    """The ranks capture different graphs of the same shapes (SUM on rank 0, MAX on
+    rank 1): the replay fails the device's check, which reads the captured call."""
     from ringcoll.graphs import EmulatedGraph
 
-    x = torch.ones(64 if rank == 0 else 128)
+    x = torch.ones(64)
     g = EmulatedGraph()
     with g.capture():
-        dist.all_reduce(x)
+        dist.all_reduce(x, op=dist.ReduceOp.SUM if rank == 0 else dist.ReduceOp.MAX)
     try:
         g.replay()
     except Exception as e:  # noqa: BLE001
@@ -287,4 +305,33 @@ def test_ranks_replaying_different_graphs_fail_the_fingerprint_check():
     for r in res:
         assert r.startswith("DistBackendError") and "replay of a captured graph" in r, res
         assert "allreduce #1" in r, res
-        assert "64" in r and "128" in r, res
+        assert "SUM" in r and "MAX" in r, res
+
+
+def across_paths_world(rank, p):
+    """A receive, then an all-reduce of what it received: two paths (point-to-point
+    and the collectives'), which a replay must run in the recorded order."""
+    from ringcoll.graphs import EmulatedGraph
+
+    n = 50_000
+    src = torch.zeros(n)
+    x = torch.zeros(n)
+    g = EmulatedGraph()
+    with g.capture():
+        if rank == 0:
+            dist.send(src, 1)
+        else:
+            dist.recv(x, 0)
+        dist.all_reduce(x)
+    bad = []
+    for k in range(20):
+        src.fill_(float(k + 1))
+        x.zero_()
+        g.replay()
+        if not torch.equal(x, torch.full((n,), float(k + 1))):
+            bad.append(f"replay {k}: {x[:3].tolist()}, want {k + 1}")
+    return bad
+
+
+def test_a_replay_keeps_the_order_across_paths():
+    mp.run_checks(2, across_paths_world, transport="stream", timeout=120)

@@ -503,6 +503,8 @@ void RingcollBackend::monitoredBarrier(const c10d::BarrierOptions& opts, bool wa
   const CallLabel label{"monitored_barrier", call, getRank(), getSize()};
   throwIfStopped(label);
   refuseUnderCapture(label, "it waits on the host for every rank");
+  TORCH_CHECK(!cudaCapturing(), label, ": cannot be captured into a CUDA graph: it waits on "
+              "the host for every rank, which a replay does not repeat");
   const auto timeout = opts.timeout.count() >= 0 ? opts.timeout : timeout_;
   const int p = getSize();
   const int me = getRank();

@@ -43,6 +43,9 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::sparseAllreduce(
     at::Tensor& t, const c10d::AllreduceOptions& opts) {
   const char* op = "allreduce";
   const int p = getSize();
+  // Its all-gathers' results are read on the host at once: nothing to record.
+  refuseUnderCapture(CallLabel{"allreduce (sparse)", seq_.load() + 1, getRank(), p},
+                     "a sparse all-reduce reads its exchanges' results on the host");
   TORCH_CHECK(opts.reduceOp.op_ == c10d::ReduceOp::SUM, "ringcoll::", op,
               ": sparse tensors support only the SUM op, got ",
               checks::reduceOpName(opts.reduceOp.op_));

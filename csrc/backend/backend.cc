@@ -530,8 +530,14 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
     const bool cuda = first->is_cuda();  // `first` may be one of the outputs moved below
     std::shared_ptr<StreamPath> path = streamPathFor(*first, op, label);
     const bool captured = path->capturing();
-    auto work = path->launch(type, traceTag(op, seq), label, seq, fp, timeout, inputs,
-                             std::move(outputs), body);
+    c10::intrusive_ptr<c10d::Work> work;
+    try {
+      work = path->launch(type, traceTag(op, seq), label, seq, fp, timeout, inputs,
+                          std::move(outputs), body);
+    } catch (...) {
+      recorder.failed(fr, -1);  // raised at launch (a refusal, a broken group)
+      throw;
+    }
     // Started once enqueued. Completed when its future is, for CPU tensors (the
     // emulation); a CUDA collective completes on the device, where the recorder
     // does not look, so its entry stays "started", as a captured one's does on

@@ -4,22 +4,26 @@
 
 namespace ringcoll {
 
-void EmulatedCapture::begin() {
+void EmulatedCapture::begin(const void* owner) {
   std::lock_guard<Mutex> lock(mutex_);
   TORCH_CHECK(graph_ == nullptr,
               "ringcoll: a capture is already under way on this group; end it first");
   graph_ = std::make_shared<CapturedGraph>();
+  graph_->owner = owner;
+  thread_ = std::this_thread::get_id();
 }
 
 std::shared_ptr<CapturedGraph> EmulatedCapture::end() {
   std::lock_guard<Mutex> lock(mutex_);
-  TORCH_CHECK(graph_ != nullptr, "ringcoll: no capture is under way on this group");
+  TORCH_CHECK(graph_ != nullptr && thread_ == std::this_thread::get_id(),
+              "ringcoll: no capture of this thread is under way on this group");
   return std::move(graph_);  // holds user tensors: its owner drops it, unlocked
 }
 
 bool EmulatedCapture::record(CapturedLaunch launch) {
   std::lock_guard<Mutex> lock(mutex_);
-  if (!graph_) return false;  // `launch` is destroyed by the caller, after the unlock
+  // Not recorded: `launch` is destroyed by the caller, after the unlock.
+  if (!graph_ || thread_ != std::this_thread::get_id()) return false;
   graph_->launches.push_back(std::move(launch));
   return true;
 }

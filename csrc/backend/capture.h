@@ -16,15 +16,25 @@
 //  * the flight recorder records it once, at capture, and never completes it
 //    (ProcessGroupNCCL's treatment of captured work);
 //  * its sequence number and fingerprint are the capture's: every replay carries
-//    them, so ranks that replay different graphs fail the device's check.
-// An emulated replay is host work (the host is the device): each recorded launch
-// runs as an ordinary stream collective, watched, and replay() waits for all of
-// them, raising the first failure with the launch's place in the graph.
+//    them, so ranks that replay different graphs fail the device's check (on the
+//    emulation a point-to-point call's pair count is the replay's: its body runs
+//    again);
+//  * a failure while capturing on CUDA breaks the group, as a failed launch does:
+//    the transport's host state has moved on with the calls that were captured.
+// An emulated capture is the capturing thread's, as a CUDA capture is the
+// capturing stream's: a launch from another thread (a future's callback) runs at
+// once. An emulated replay is host work (the host is the device): each recorded
+// launch runs as an ordinary stream collective, watched, in order (a launch on
+// another path than the one before it waits for that one: on CUDA the caller's
+// stream orders them), and replay() waits for all of them, raising the first
+// failure with the launch's place in the graph. A CUDA graph that outlives its
+// group must not be replayed (its communicator is gone), as with ProcessGroupNCCL.
 #pragma once
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -56,6 +66,7 @@ struct CapturedLaunch {
 };
 
 struct CapturedGraph {
+  const void* owner = nullptr;           // the backend that captured it
   std::vector<CapturedLaunch> launches;  // in launch order, over the group's paths
 };
 
@@ -63,20 +74,27 @@ struct CapturedGraph {
 // collectives' and the point-to-point one), so that one graph holds both in order.
 class EmulatedCapture {
  public:
+  // Whether a capture is under way (by any thread).
   bool active() const {
     std::lock_guard<Mutex> lock(mutex_);
     return graph_ != nullptr;
   }
-  // Throws if a capture is already under way.
-  void begin();
+  // Whether the calling thread is capturing: its launches are recorded.
+  bool capturingHere() const {
+    std::lock_guard<Mutex> lock(mutex_);
+    return graph_ != nullptr && thread_ == std::this_thread::get_id();
+  }
+  // Throws if a capture is already under way. `owner`: the backend.
+  void begin(const void* owner);
   // The graph recorded since begin(); throws if none is under way.
   std::shared_ptr<CapturedGraph> end();
-  // Records `launch` if a capture is under way; false if none is.
+  // Records `launch` if the calling thread is capturing; false if it is not.
   bool record(CapturedLaunch launch);
 
  private:
   mutable Mutex mutex_{"EmulatedCapture::mutex_"};
   std::shared_ptr<CapturedGraph> graph_;
+  std::thread::id thread_;  // the capturing thread
 };
 
 }  // namespace ringcoll

@@ -201,6 +201,12 @@ void CudaDevice::finalize(std::chrono::milliseconds limit) {
 void CudaDevice::bindThread() {
   // Without it the watchdog's first CUDA call creates a context on GPU 0.
   cudaSetDevice(device_);
+  // The watchdog queries events of eager work while another thread may be
+  // capturing a graph; under torch's global capture mode that query would
+  // invalidate the capture. Relaxed for this thread only (ProcessGroupNCCL's
+  // watchdog does the same).
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  RC_CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&mode));
 }
 
 }  // namespace ringcoll

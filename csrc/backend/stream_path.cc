@@ -76,7 +76,7 @@ class StreamWork final : public c10d::Work {
   const StreamDevice::EventPtr& end() const { return end_; }
   // Before anyone else holds it: a captured collective's Work (backend/capture.h).
   // Complete for the host (the collective runs at each replay, not now); wait()
-  // only orders the caller's stream after the captured end, which a capture allows.
+  // does nothing (the caller's stream was ordered after it at capture).
   void markCaptured() {
     std::lock_guard<Mutex> lock(mutex_);
     captured_ = true;
@@ -133,10 +133,9 @@ class StreamWork final : public c10d::Work {
   // raises here. Otherwise only a failure the watchdog has already seen raises, and
   // the caller's current stream is ordered after the collective.
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override {
-    if (captured_) {
-      if (device_->hasCallerStream() && end_) device_->callerWaits(end_);
-      return true;
-    }
+    // The caller's stream was joined to it at capture (launchCaptured); waiting on
+    // its end, an event recorded inside the capture, from outside it is not allowed.
+    if (captured_) return true;
     if (blocking_ || timeout != kNoTimeout || !device_->hasCallerStream()) hostWait(timeout);
     rethrowIfFailed();
     if (device_->hasCallerStream()) device_->callerWaits(end_);
@@ -375,12 +374,21 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launchCaptured(
         });
         device_->callerWaits(work->end());  // joins the capture back
       } catch (const std::exception& e) {
-        // Nothing ran: the capture is broken (torch ends it with an error), the
-        // group is not.
+        // Nothing ran, but the transport's host state (posted messages, staging,
+        // pair counts) moved on with what was captured: as after any failed
+        // launch, the group is broken, here and (through the store) there.
         failed = c10::str(label, ": capturing it failed: ", e.what());
+        std::lock_guard<Mutex> lock(mutex_);
+        if (broken_.empty()) failAll(failed, /*report=*/true, /*teardown=*/false);
       }
     }
-    if (!failed.empty()) C10_THROW_ERROR(DistBackendError, failed);
+    if (!failed.empty()) {
+      {
+        std::unique_lock<Mutex> lock(mutex_);
+        settle(lock);  // what failAll failed
+      }
+      C10_THROW_ERROR(DistBackendError, failed);
+    }
     return work;
   }
   // The emulation: the launch is recorded and runs at each replay (the backend's).
@@ -412,7 +420,7 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
   unusable();
   {
     const bool native = device_->capturing();
-    if (native || (capture_ && capture_->active())) {
+    if (native || (capture_ && capture_->capturingHere())) {
       return launchCaptured(native, type, tag, label, seq, fp, timeout, inputs,
                             std::move(outputs), body, std::move(peers));
     }

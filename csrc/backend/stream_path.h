@@ -80,7 +80,7 @@ class StreamPath : public std::enable_shared_from_this<StreamPath> {
     capture_ = std::move(capture);
   }
   // Whether a launch now would be captured (natively or by the emulation).
-  bool capturing() { return device_->capturing() || (capture_ && capture_->active()); }
+  bool capturing() { return device_->capturing() || (capture_ && capture_->capturingHere()); }
 
   // `fp`: the call's fingerprint; `timeout`: the op's, the watchdog's limit for it.
   // `peers`: whom the call waits for, as its errors say it ("rank 1 (receive, tag
