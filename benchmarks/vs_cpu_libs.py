@@ -378,7 +378,9 @@ class MpiWorld(NumpyBuffers):
     def init(self, share):
         import mpi4py
         MPI, comm = self.MPI, self.comm
-        self.versions["mpi"] = " ".join(MPI.Get_library_version().splitlines()[0].split())
+        # Open MPI's string ends in a NUL byte, which would make every text file binary
+        self.versions["mpi"] = " ".join(MPI.Get_library_version().replace("\x00", " ")
+                                        .splitlines()[0].split())
         self.versions["mpi4py"] = mpi4py.__version__
         types = {"float32": MPI.FLOAT}
         bf16 = getattr(MPI, "BFLOAT16_T", MPI.DATATYPE_NULL)
@@ -814,7 +816,8 @@ def run_p(p, args, columns, log):
             info["worlds"][n] = {"p": w.p, "dead": w.dead, "versions": w.versions,
                                  "reasons": w.reasons, "cpus": w.cpus, "venv": w.venv,
                                  "env": {k: v.format(venv=w.venv or "") for k, v in w.env.items()}}
-            log(f"[p={p}] {n}: " + (w.dead or f"up, {w.versions}, cpus {w.cpus}"))
+            name = "rc.op@1 (a world of one rank)" if n == "entry" else n
+            log(f"[p={p}] {name}: " + (w.dead or f"up, {w.versions}, cpus {w.cpus}"))
         log(f"[p={p}] CPU used by all worlds while idle: {info['idle_cores']} cores")
         order = list(columns)
         for rep in range(1, args.repeat + 1):
@@ -915,8 +918,8 @@ def table(summary, columns, notes=None) -> str:
     own = notes is None
     out, notes = [], ({} if own else notes)
     out.append(f"# A cell: the per-call time in us (lower is better) of the slowest rank's "
-               f"median call, median over the repetitions (their min-max); '!': a wrong "
-               f"result (JSON: wrong); '-[k]': no figure, reason [k] at the end. A ratio: "
+               f"median call, median over the repetitions (their min-max, when there are "
+               f"several); '!': a wrong result (JSON: wrong); '-[k]': no figure, reason [k] at the end. A ratio: "
                f"the column's time / {REFERENCE}'s in the same repetition: above 1, "
                f"{REFERENCE} is faster (2.00: in half the time); below 1, the column is.")
     for p in sorted({s["p"] for s in summary}):
@@ -939,13 +942,16 @@ def table(summary, columns, notes=None) -> str:
                     out.append(f"{human(size):>8} " + " ".join(line))
 
             rows(cols, 19, "median_us",
-                 lambda s: f"{us(s['median_us'])} ({us(s['lo_us'])}-{us(s['hi_us'])})"
+                 lambda s: f"{us(s['median_us'])}"
+                           + (f" ({us(s['lo_us'])}-{us(s['hi_us'])})" if s["reps"] > 1 else "")
                            + ("!" if s["wrong"] else ""))
-            others = [c for c in cols if c != REFERENCE]
+            # rc.op@1 is a world of one rank: its time against rc.op's is no comparison
+            others = [c for c in cols if c not in (REFERENCE, "rc.op@1")]
             out.append(f"# the same as column time / {REFERENCE} time: above 1, {REFERENCE} "
                        "is faster; median (min-max) over repetitions")
             rows(others, 17, "ratio",
-                 lambda s: f"{s['ratio']:.2f} ({s['ratio_lo']:.2f}-{s['ratio_hi']:.2f})")
+                 lambda s: f"{s['ratio']:.2f}" + (f" ({s['ratio_lo']:.2f}-{s['ratio_hi']:.2f})"
+                                                 if s["reps"] > 1 else ""))
             out.append("")
     if own and notes:
         out.append(notes_text(notes))
@@ -1107,7 +1113,8 @@ def parse_args(argv):
                     help="with --summary: the README's table (float32) from those runs")
     ap.add_argument("--check", metavar="JSON",
                     help="with --summary: is each of the headline's figures of this run "
-                         "inside the runs' ranges, or within --tolerance of them?")
+                         "inside the runs' ranges, or within --tolerance of them? Exit "
+                         "status 1 when a figure is outside both")
     ap.add_argument("--tolerance", type=float, default=0.15,
                     help="--check: how far outside a range (a fraction of its nearer "
                          "edge) a figure still agrees (default 0.15)")
@@ -1195,7 +1202,8 @@ def main(argv=None) -> int:
     write_plot(args.out + ".png", summary, columns,
                f"all-reduce on one host, {meta['cpus']} cpus ({meta['cpu']}), "
                f"load {meta['load_start'][0]:.1f}-{meta['load_end'][0]:.1f}; "
-               f"median of {args.repeat} repetitions, band: their min-max")
+               f"median of {args.repeat} repetition{'s' if args.repeat > 1 else ''}"
+               + (", band: their min-max" if args.repeat > 1 else ""))
     log(f"wrote {args.out}.{{json,csv,txt,png}} in {meta['seconds']} s")
     return 0
 

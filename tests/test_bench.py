@@ -241,7 +241,8 @@ def test_graph_rows_are_compared_within_their_mode():
     assert all(c["ratio"] == pytest.approx(2.0) for c in eager)
     assert all(c["ratio"] == pytest.approx(8.0) for c in graph), graph
     text = report.tables(rows + graphs)
-    assert "# ringcoll (transport auto), graph mode: 5 calls captured, replayed all_reduce" in text
+    assert ("# ringcoll (transport auto) all_reduce, 2 processes, cpu; graph mode: 5 calls "
+            "captured, timed per replay / 5") in text
     assert " graph      gloo" in report.comparison_table(rows + graphs)
 
 
@@ -644,9 +645,11 @@ def test_graph_mode_end_to_end(tmp_path, capsys):
                "--collectives", "all_reduce,all_gather", "--out", str(tmp_path)])
     assert rc == 0
     out = capsys.readouterr().out
-    assert ("# ringcoll (transport stream), graph mode: 3 calls captured, replayed "
-            "all_reduce, 2 processes, cpu") in out
-    assert "skipped: gloo has no capture on the CPU (no CUDA graph)" in out
+    assert ("# ringcoll (transport stream: the CPU emulation of the CUDA path) all_reduce, "
+            "2 processes, cpu; graph mode: 3 calls captured, timed per replay / 3") in out
+    assert ("# gloo all_reduce, 2 processes, cpu; graph mode: 3 calls captured, timed per "
+            "replay / 3: none, gloo has no capture on the CPU (no CUDA graph)") in out
+    assert "# graph mode: no ratio, no baseline has a graph figure (gloo has no capture" in out
     rows = json.loads((tmp_path / "ringcoll-bench.json").read_text())["results"]
     graphs = [r for r in rows if r.get("graph") == 3 and r["backend"] == "ringcoll"]
     assert {(r["collective"], r["size"]) for r in graphs} == {

@@ -31,9 +31,14 @@ def _cell(m):
     return f"{m['time_us']:10.1f} {spread:>17} {m['algbw']:8.3f} {m['busbw']:8.3f} {m['wrong']:6d}"
 
 
-def _label(backend, transport, graph=0):
-    name = f"{backend} (transport {transport})" if transport else backend
-    return name + (f", graph mode: {graph} calls captured, replayed" if graph else "")
+def _label(backend, transport):
+    if transport == "stream":
+        return f"{backend} (transport stream: the CPU emulation of the CUDA path)"
+    return f"{backend} (transport {transport})" if transport else backend
+
+
+def _graph_note(graph) -> str:
+    return f"; graph mode: {graph} calls captured, timed per replay / {graph}" if graph else ""
 
 
 def _mode(r) -> str:
@@ -52,7 +57,12 @@ def tables(rows) -> str:
     head = f"{'time(us)':>10} {'min-max(us)':>17} {'algbw':>8} {'busbw':>8} {'#wrong':>6}"
     out = []
     for (backend, coll, p, device, transport, graph), rs in groups.items():
-        out.append(f"# {_label(backend, transport, graph)} {coll}, {p} processes, {device}")
+        title = f"# {_label(backend, transport)} {coll}, {p} processes, {device}"
+        reasons = {r.get("skipped") for r in rs}
+        if graph and len(reasons) == 1 and None not in reasons:  # one reason for every size
+            out += [f"{title}{_graph_note(graph)}: none, {reasons.pop()}", ""]
+            continue
+        out.append(title + _graph_note(graph))
         out.append(f"#{'':>45} {'out-of-place':^53} | {'in-place':^53}")
         out.append(f"#{'size':>11} {'count':>11} {'type':>9} {'redop':>6} {'root':>4} "
                    f"{head} | {head}")
@@ -187,6 +197,13 @@ def comparison_table(rows) -> str:
         if r["backend"] == "ringcoll" and r.get("skipped"):
             lines.append(f"{r['collective']:>15} {r['nproc']:5d} {human(r['size']):>10} "
                          f"{_mode(r):>5} {'-':>9} skipped: {r['skipped']}")
+    graphed = [r for r in rows if r.get("graph") and r["backend"] == "ringcoll"
+               and not r.get("skipped")]
+    if graphed and not any(c["mode"] == "graph" for c in comp):
+        why = sorted({r["skipped"] for r in rows if r.get("graph") and r["backend"] != "ringcoll"
+                      and r.get("skipped")})
+        lines.append("# graph mode: no ratio, no baseline has a graph figure"
+                     + (f" ({'; '.join(why)})" if why else ""))
     return "\n".join(lines)
 
 
