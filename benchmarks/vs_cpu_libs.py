@@ -386,7 +386,7 @@ class MpiWorld(NumpyBuffers):
         bf16 = getattr(MPI, "BFLOAT16_T", MPI.DATATYPE_NULL)
         if bf16 == MPI.DATATYPE_NULL:
             self.reasons["bfloat16"] = (f"no bfloat16 in this MPI (MPI_BFLOAT16_T is "
-                                        f"MPI_DATATYPE_NULL; MPI {MPI.Get_version()[0]}."
+                                        f"MPI_DATATYPE_NULL; the MPI standard {MPI.Get_version()[0]}."
                                         f"{MPI.Get_version()[1]})")
         else:
             types["bfloat16"] = bf16
