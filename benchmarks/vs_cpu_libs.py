@@ -385,9 +385,9 @@ class MpiWorld(NumpyBuffers):
         types = {"float32": MPI.FLOAT}
         bf16 = getattr(MPI, "BFLOAT16_T", MPI.DATATYPE_NULL)
         if bf16 == MPI.DATATYPE_NULL:
+            major, minor = MPI.Get_version()
             self.reasons["bfloat16"] = (f"no bfloat16 in this MPI (MPI_BFLOAT16_T is "
-                                        f"MPI_DATATYPE_NULL; the MPI standard {MPI.Get_version()[0]}."
-                                        f"{MPI.Get_version()[1]})")
+                                        f"MPI_DATATYPE_NULL; the MPI standard {major}.{minor})")
         else:
             types["bfloat16"] = bf16
         in_place, op = MPI.IN_PLACE, MPI.SUM
