@@ -11,12 +11,14 @@ void EmulatedCapture::begin(const void* owner) {
   graph_ = std::make_shared<CapturedGraph>();
   graph_->owner = owner;
   thread_ = std::this_thread::get_id();
+  any_.store(true, std::memory_order_release);
 }
 
 std::shared_ptr<CapturedGraph> EmulatedCapture::end() {
   std::lock_guard<Mutex> lock(mutex_);
   TORCH_CHECK(graph_ != nullptr && thread_ == std::this_thread::get_id(),
               "ringcoll: no capture of this thread is under way on this group");
+  any_.store(false, std::memory_order_release);
   return std::move(graph_);  // holds user tensors: its owner drops it, unlocked
 }
 

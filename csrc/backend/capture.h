@@ -31,6 +31,7 @@
 // group must not be replayed (its communicator is gone), as with ProcessGroupNCCL.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -79,8 +80,10 @@ class EmulatedCapture {
     std::lock_guard<Mutex> lock(mutex_);
     return graph_ != nullptr;
   }
-  // Whether the calling thread is capturing: its launches are recorded.
+  // Whether the calling thread is capturing: its launches are recorded. Every
+  // stream launch asks: without a capture it reads one atomic, no lock.
   bool capturingHere() const {
+    if (!any_.load(std::memory_order_acquire)) return false;
     std::lock_guard<Mutex> lock(mutex_);
     return graph_ != nullptr && thread_ == std::this_thread::get_id();
   }
@@ -95,6 +98,7 @@ class EmulatedCapture {
   mutable Mutex mutex_{"EmulatedCapture::mutex_"};
   std::shared_ptr<CapturedGraph> graph_;
   std::thread::id thread_;  // the capturing thread
+  std::atomic<bool> any_{false};  // graph_ is set (begin() to end())
 };
 
 }  // namespace ringcoll
