@@ -845,7 +845,7 @@ def run_p(p, args, columns, log):
                             log(f"[p={p}] {col} {human(size)} {dtype}: {cell['wrong']} "
                                 "WRONG elements")
                     done = [r for r in rows[-len(order):] if "median_us" in r]
-                    log(f"[p={p} rep {rep} {dtype}] {human(size):>8}: " + ", ".join(
+                    log(f"[p={p} rep {rep} {dtype}] {human(size):>8}, us per call: " + ", ".join(
                         f"{r['column']} {r['median_us']:.1f}" for r in
                         sorted(done, key=lambda r: list(columns).index(r["column"]))))
         for w in worlds.values():
@@ -919,8 +919,9 @@ def table(summary, columns, notes=None) -> str:
     out, notes = [], ({} if own else notes)
     out.append(f"# A cell: the per-call time in us (lower is better) of the slowest rank's "
                f"median call, median over the repetitions (their min-max, when there are "
-               f"several); '!': a wrong result (JSON: wrong); '-[k]': no figure, reason [k] at the end. A ratio: "
-               f"the column's time / {REFERENCE}'s in the same repetition: above 1, "
+               f"several); '!': a wrong result (JSON: wrong); '-[k]': no figure, reason [k] "
+               f"at the end. A ratio: the column's time / {REFERENCE}'s in the same "
+               f"repetition: above 1, "
                f"{REFERENCE} is faster (2.00: in half the time); below 1, the column is.")
     for p in sorted({s["p"] for s in summary}):
         for dtype in [d for d in DTYPES if any(s["dtype"] == d for s in summary)]:
@@ -972,7 +973,7 @@ def best_table(summary, notes=None) -> str:
            f"{REFERENCE}'s, above 1 = {REFERENCE} faster; {REFERENCE}@1: the op's entry "
            f"alone (a world of one rank), the part of {REFERENCE}'s time no transfer needs"]
     out.append(f"{'p':>2} {'dtype':>8} {'size':>8} {REFERENCE + ' us':>9} {'best other':>10} "
-               f"{'its us':>9} {'ratio':>6} {'min-max':>11} {'rc.op@1 us':>10}")
+               f"{'its us':>9} {'ratio':>6} {'its min-max':>11} {'rc.op@1 us':>10}")
     keys = sorted({(s["p"], s["dtype"], s["size"]) for s in summary},
                   key=lambda k: (k[0], DTYPES.index(k[1]), k[2]))
     for p, dtype, size in keys:
@@ -1183,7 +1184,7 @@ def main(argv=None) -> int:
             + ", ".join(f"{r['load']:.2f}" for r in rows
                         if r["column"] == columns[0] and r["size"] == args.sizes[0]
                         and r["dtype"] == args.dtypes[0]) + "\n"
-            + "".join(f"# p = {p}: {n}: " + (w["dead"] or ", ".join(
+            + "".join(f"# p = {p}: {'rc.op@1' if n == 'entry' else n}: " + (w["dead"] or ", ".join(
                 f"{k} {v}" for k, v in w["versions"].items()) + f"; cpus {w['cpus']}") + "\n"
                 for p, info in worlds.items() for n, w in info["worlds"].items())
             + "".join(f"# p = {p}: CPU used by every world while idle: {info['idle_cores']} "
@@ -1253,7 +1254,9 @@ def headline(runs) -> str:
     library / the op, gloo / the op (min-max over the runs' medians)."""
     figs = headline_figures(runs)
     ps = sorted({p for p, _ in figs})
-    out = [f"# over {len(runs)} runs; ratios above 1: ringcoll's op is faster",
+    out = [f"# over {len(runs)} runs: min-max of their medians; a ratio is the other's time / "
+           f"the op's (above 1: ringcoll's op is faster); fastest other: the library with the "
+           f"lowest median over the runs",
            "| size | " + " | ".join(f"p = {p}: op | fastest other / op | gloo / op" for p in ps)
            + " |", "|---|" + "---|---|---|" * len(ps)]
     for size in sorted({s for _, s in figs}):
@@ -1268,7 +1271,7 @@ def headline(runs) -> str:
                   else f"{_span([lo / 1000, hi / 1000], us)} ms" if lo >= 10_000
                   else f"{_span([lo, hi], us)} us")
             gloo = (_span(f["gloo_ratio"], lambda r: f"{r:.0f}" if r >= 10 else f"{r:.1f}")
-                    + "x" if f.get("gloo_ratio") else "-")
+                    if f.get("gloo_ratio") else "-")
             cells.append(f"{op} | {NAMES.get(f['best'], f['best'])} "
                          f"{_span(f['best_ratio'], lambda r: f'{r:.2f}')} | {gloo}")
         out.append(f"| {human(size)} | " + " | ".join(cells) + " |")

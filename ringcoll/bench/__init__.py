@@ -469,7 +469,7 @@ def machine_meta(args, nprocs, memcpy):
 def emit(rows, args, meta):
     per_world = ", ".join(f"{k}: {v:.2f}" for k, v in meta["memcpy_gbps_per_world"].items())
     print(f"# physical reference: single-core memcpy (64 MiB float32 copy_, 1 thread) "
-          f"{meta['memcpy_gbps']:.2f} GB/s ({per_world})")
+          f"{meta['memcpy_gbps']:.2f} GB/s (measured in each world: {per_world})")
     if meta.get("share_gpu"):
         print("# --share-gpu: the ranks share the GPU and every backend runs over NCCL's "
               "socket transport on loopback; ratios compare algorithms and per-call "

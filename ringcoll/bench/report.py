@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import csv
 import json
+import textwrap
 from collections import defaultdict
 
 from .records import bus_factor, human
@@ -303,7 +304,10 @@ def write_plot(path, rows, title="", memcpy_gbps=None) -> None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
     axes[0][0].set_ylabel("busbw (GB/s), higher is better; band: min-max of runs")
-    fig.suptitle((title + "; " if title else "") + "busbw by size, higher is better")
+    # wrapped to the figure's width: one panel is 5 inches, about 50 characters a line
+    fig.suptitle(textwrap.fill((title + "; " if title else "") + "busbw by size (in place "
+                               "where the call has that form), higher is better",
+                               width=10 * 5 * n))
     fig.tight_layout()
     fig.savefig(path, format="png", dpi=110)
     plt.close(fig)
