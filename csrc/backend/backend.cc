@@ -687,9 +687,9 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchCpu(c10d::OpType type, con
                                                           size_t bytes,
                                                           std::chrono::milliseconds timeout,
                                                           Body body, int64_t fr, bool async) {
+  refuseUnderCapture(label, "it runs on a host transport");
   // Declared before the lock, so that it goes after the lock is released: it holds
   // the user's tensors (common/locks.h).
-  refuseUnderCapture(label, "it runs on a host transport");
   std::shared_ptr<CpuTask> task;
   bool endHere = false;  // it ended on this thread: endCpu once unlocked
   {
