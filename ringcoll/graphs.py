@@ -10,17 +10,20 @@ that CI runs the capture rules of the stream path (csrc/backend/capture.h).
         x.copy_(next_input())
         g.replay()                               # runs both, returns when done
 
-Every rank captures the same calls, as with CUDA graphs. Inside the capture a
-collective's Work is complete and its results are not written: they are written at
-each replay, which reads the tensors' values of that moment. What cannot be captured
-raises at once, on every rank: a barrier, a call on a host transport, any call with
-RINGCOLL_BLOCKING_WAIT=1. A replay is watched as any collective is (the group's
-timeout, a peer's failure) and raises the first failure, naming the launch's place
-in the graph.
+Every rank captures the same calls, as with CUDA graphs. A capture is the capturing
+thread's (as a CUDA capture is its stream's): another thread's calls run at once.
+Inside the capture a collective's Work is complete and its results are not written:
+they are written at each replay, which reads the tensors' values of that moment.
+What cannot be captured raises at once, on every rank: a barrier, a call on a host
+transport, any call with RINGCOLL_BLOCKING_WAIT=1. torch's object collectives
+(all_gather_object, broadcast_object_list, ...) read their exchanges' results on the
+host at once, which no backend sees: inside a capture they read buffers nothing
+wrote yet (on CUDA, their host copies fail the capture); call them outside it. A
+replay is watched as any collective is (the group's timeout, a peer's failure) and
+raises the first failure, naming the launch's place in the graph.
 
 On CUDA tensors use torch.cuda.graph: the same rules apply, checked by the device's
-capture status, and CUDA replays the device work with no host work per replay.
-"""
+capture status, and CUDA replays the device work with no host work per replay."""
 
 from __future__ import annotations
 
