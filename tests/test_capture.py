@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from datetime import timedelta
 
 import pytest
 import torch
@@ -154,12 +155,21 @@ def refusals_world(rank, p):
         out["nested"] = _error(lambda: EmulatedGraph().capture().__enter__())
         sparse = torch.sparse_coo_tensor(torch.tensor([[0, 2]]), torch.tensor([1.0, 2.0]), (4,))
         out["sparse"] = _error(lambda: dist.all_reduce(sparse))
+        # torch's dist.monitored_barrier serves gloo groups only: the backend's own method
+        be = dist.group.WORLD._get_backend(torch.device("cpu"))
+        out["monitored"] = _error(lambda: be.monitored_barrier(timedelta(seconds=5), False))
         t = threading.Thread(target=lambda: dist.all_reduce(y))
         t.start()
         t.join()
         out["other_thread"] = y.tolist()  # ran at once, not recorded
     out["ops"] = g.ops
     out["foreign"] = _error(lambda: other._get_backend(torch.device("cpu"))._replay(g._graph))
+    # a graph of a group destroyed since: its replay raises, naming the call
+    sub = EmulatedGraph(other)
+    with sub.capture():
+        dist.all_reduce(torch.ones(3), group=other)
+    dist.destroy_process_group(other)
+    out["destroyed"] = _error(sub.replay)
     out["x_at_capture"] = x.tolist()  # not written by the capture
     g.replay()
     out["x_after_replay"] = x.tolist()
@@ -181,6 +191,11 @@ def test_what_cannot_be_captured_raises_at_capture_time():
         assert "cannot be captured" in r["sparse"] and "sparse" in r["sparse"], r
         assert r["other_thread"] == [3.0] * 3, r
         assert "captured on another process group" in r["foreign"], r
+        assert "monitored_barrier #1" in r["monitored"] and "cannot be captured" in \
+            r["monitored"], r
+        assert "replay of a captured graph" in r["destroyed"] or "shut down" in \
+            r["destroyed"], r
+        assert "allreduce #1" in r["destroyed"], r
         assert r["ops"] == [f"ringcoll::allreduce #2 (rank {rank} of {p})"], r
         assert r["x_at_capture"] == [1.0] * 4 and r["x_after_replay"] == [2.0] * 4, r
         assert r["eager_after"] == [3.0] * 5, r
