@@ -163,6 +163,8 @@ def refusals_world(rank, p):
         t.join()
         out["other_thread"] = y.tolist()  # ran at once, not recorded
     out["ops"] = g.ops
+    out["again"] = _error(lambda: g.capture().__enter__())  # a graph is captured once
+    out["end_without"] = _error(dist.group.WORLD._get_backend(torch.device("cpu"))._capture_end)
     out["foreign"] = _error(lambda: other._get_backend(torch.device("cpu"))._replay(g._graph))
     # a graph of a group destroyed since: its replay raises, naming the call
     sub = EmulatedGraph(other)
@@ -191,6 +193,8 @@ def test_what_cannot_be_captured_raises_at_capture_time():
         assert "cannot be captured" in r["sparse"] and "sparse" in r["sparse"], r
         assert r["other_thread"] == [3.0] * 3, r
         assert "captured on another process group" in r["foreign"], r
+        assert "this graph was captured already" in r["again"], r
+        assert "no capture of this thread is under way" in r["end_without"], r
         assert "monitored_barrier #1" in r["monitored"] and "cannot be captured" in \
             r["monitored"], r
         assert "replay of a captured graph" in r["destroyed"] or "shut down" in \

@@ -529,11 +529,11 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launch(c10d::OpType type, const 
   if (first && (first->is_cuda() || knobs_.transport == "stream")) {
     const bool cuda = first->is_cuda();  // `first` may be one of the outputs moved below
     std::shared_ptr<StreamPath> path = streamPathFor(*first, op, label);
-    const bool captured = path->capturing();
+    bool captured = false;
     c10::intrusive_ptr<c10d::Work> work;
     try {
       work = path->launch(type, traceTag(op, seq), label, seq, fp, timeout, inputs,
-                          std::move(outputs), body);
+                          std::move(outputs), body, "", &captured);
     } catch (...) {
       recorder.failed(fr, -1);  // raised at launch (a refusal, a broken group)
       throw;

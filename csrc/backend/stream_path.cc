@@ -394,10 +394,9 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launchCaptured(
   // The emulation: the launch is recorded and runs at each replay (the backend's).
   CapturedLaunch launch{weak_from_this(), type, tag, label, seq, fp, timeout, inputs,
                         outputs, body, std::move(peers)};
-  if (!capture_->record(std::move(launch))) {
-    C10_THROW_ERROR(DistBackendError, c10::str(label, ": the capture ended while it was "
-                                                      "being recorded"));
-  }
+  // Only this thread ends its capture, and it is here: the record cannot miss.
+  const bool recorded = capture_->record(std::move(launch));
+  RC_ASSERT(recorded, "a capturing thread's launch was not recorded");
   // Its results are written at each replay; the future is complete for the host
   // now (nobody else holds it yet: no callback runs here).
   work->getFuture()->markCompleted(c10::IValue(std::move(outputs)));
@@ -408,7 +407,7 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
     c10d::OpType type, const algo::TraceTag& tag, const CallLabel& label, uint64_t seq,
     const algo::Fingerprint& fp, std::chrono::milliseconds timeout,
     const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> outputs, const Body& body,
-    std::string peers) {
+    std::string peers, bool* captured) {
   auto unusable = [this, &label] {
     std::lock_guard<Mutex> lock(mutex_);
     if (!broken_.empty()) {
@@ -420,7 +419,9 @@ c10::intrusive_ptr<c10d::Work> StreamPath::launch(
   unusable();
   {
     const bool native = device_->capturing();
-    if (native || (capture_ && capture_->capturingHere())) {
+    const bool capturing = native || (capture_ && capture_->capturingHere());
+    if (captured) *captured = capturing;
+    if (capturing) {
       return launchCaptured(native, type, tag, label, seq, fp, timeout, inputs,
                             std::move(outputs), body, std::move(peers));
     }

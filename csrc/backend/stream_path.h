@@ -91,10 +91,11 @@ class StreamPath : public std::enable_shared_from_this<StreamPath> {
                                         std::chrono::milliseconds timeout,
                                         const std::vector<at::Tensor>& inputs,
                                         std::vector<at::Tensor> outputs, const Body& body,
-                                        std::string peers = "");
+                                        std::string peers = "", bool* captured = nullptr);
 
   // Under a capture the same call is captured instead (backend/capture.h): it raises
   // at once if the call cannot be captured, and its Work is complete for the host.
+  // `captured`, when given: set to whether it was (one look at the capture state).
 
   // ProcessGroup abort(): fails outstanding work at once and aborts the transfers.
   // Safe from any thread, also while another thread launches; the failed futures'
