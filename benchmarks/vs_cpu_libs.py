@@ -763,6 +763,36 @@ def start_worlds(names, p, pin, install):
     return worlds, lsock, tmp
 
 
+class BackgroundLoad:
+    """N busy processes beside the worlds (--background-load): the load CPU programs
+    meet (OMP threads computing, a data loader, another job). Each is a Python loop
+    in a session of its own, unpinned, at normal priority; stop() kills them and
+    says what share of a core each got while they ran."""
+
+    CODE = "while True: pass"
+
+    def __init__(self, n):
+        self.n, self.procs, self.t0 = n, [], None
+
+    def start(self) -> dict:
+        for _ in range(self.n):
+            self.procs.append(subprocess.Popen([sys.executable, "-c", self.CODE],
+                                               start_new_session=True))
+        self.t0 = time.monotonic()
+        return {"n": self.n, "code": self.CODE, "pids": [pr.pid for pr in self.procs]}
+
+    def stop(self) -> dict:
+        if not self.procs:
+            return {}
+        hz = os.sysconf("SC_CLK_TCK")
+        ticks = _cpu_ticks({_sid(pr.pid) for pr in self.procs} - {None})
+        wall = time.monotonic() - self.t0
+        for pr in self.procs:
+            pr.kill()
+            pr.wait()
+        return {"cpu_share": round(ticks / hz / max(wall, 1e-9) / self.n, 2)}
+
+
 def idle_check(worlds, seconds=1.0) -> float:
     """CPU used by all the worlds' processes while every rank waits for a command,
     in cores (0.0 = idle): a library that spins while idle would tax the others."""
@@ -1103,6 +1133,10 @@ def parse_args(argv):
                     help="library: as each library pins by default (MPIs pin ranks, torch "
                          "does not); none: every rank may run on every CPU; cores: rank r "
                          "on CPU r mod cpus")
+    ap.add_argument("--background-load", type=int, default=0, metavar="N",
+                    help="N busy processes (a Python loop each, unpinned) started before "
+                         "the worlds and stopped at the end, recorded in the output: the "
+                         "loaded machine programs run on (default 0: a quiet machine)")
     ap.add_argument("--no-install", action="store_true",
                     help="use only libraries already installed in the cache")
     ap.add_argument("--install-only", action="store_true", help="make the venvs and stop")
@@ -1168,10 +1202,18 @@ def main(argv=None) -> int:
     meta = machine(args, argv)
     t0 = time.monotonic()
     rows, worlds = [], {}
-    for p in args.nproc:
-        r, info = run_p(p, args, columns, log)
-        rows += r
-        worlds[p] = info
+    load = BackgroundLoad(args.background_load)
+    try:
+        meta["background_load"] = load.start()
+        if args.background_load:
+            log(f"background load: {args.background_load} busy processes "
+                f"(pids {', '.join(map(str, meta['background_load']['pids']))})")
+        for p in args.nproc:
+            r, info = run_p(p, args, columns, log)
+            rows += r
+            worlds[p] = info
+    finally:
+        meta["background_load"].update(load.stop())
     meta.update(load_end=list(os.getloadavg()), seconds=round(time.monotonic() - t0),
                 worlds=worlds, calls={c: CALLS[c] for c in columns},
                 options={k: v for k, v in vars(args).items() if k != "summary"})
@@ -1179,7 +1221,11 @@ def main(argv=None) -> int:
     head = (f"# {meta['date']}, {meta['host']}: {meta['cpus']} cpus, {meta['cpu']}; "
             f"{meta['platform']}, Python {meta['python']}, torch {meta['torch']}\n"
             f"# command: {meta['command']} ({meta['seconds']} s)\n"
-            f"# load average (1 min) at start {meta['load_start'][0]:.2f}, end "
+            + (f"# background load: {meta['background_load']['n']} busy processes "
+               f"(`{BackgroundLoad.CODE}`, unpinned), started before the worlds, "
+               f"{meta['background_load']['cpu_share']} of a core each while they ran\n"
+               if meta["background_load"]["n"] else "# background load: none\n")
+            + f"# load average (1 min) at start {meta['load_start'][0]:.2f}, end "
             f"{meta['load_end'][0]:.2f}; per repetition: "
             + ", ".join(f"{r['load']:.2f}" for r in rows
                         if r["column"] == columns[0] and r["size"] == args.sizes[0]

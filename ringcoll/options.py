@@ -20,6 +20,8 @@ class Options:
     chunk_bytes: int | None = None  # RINGCOLL_CHUNK_BYTES (>= 64)
     inline_bytes: int | None = None  # RINGCOLL_INLINE_BYTES
     small_bytes: int | None = None  # RINGCOLL_SMALL_BYTES (0: no small collectives)
+    spin_us: int | None = None  # RINGCOLL_SPIN_US: how long a waiting rank spins
+    yield_policy: str | None = None  # RINGCOLL_YIELD: peers | never | always
     host: str | None = None  # RINGCOLL_HOST
     debug: bool | None = None  # RINGCOLL_DEBUG
     fingerprint: bool | None = None  # RINGCOLL_FINGERPRINT
@@ -49,6 +51,10 @@ class Options:
             out["RINGCOLL_INLINE_BYTES"] = str(int(self.inline_bytes))
         if self.small_bytes is not None:
             out["RINGCOLL_SMALL_BYTES"] = str(int(self.small_bytes))
+        if self.spin_us is not None:
+            out["RINGCOLL_SPIN_US"] = str(int(self.spin_us))
+        if self.yield_policy is not None:
+            out["RINGCOLL_YIELD"] = str(self.yield_policy)
         if self.host is not None:
             out["RINGCOLL_HOST"] = str(self.host)
         if self.debug is not None:

@@ -25,7 +25,7 @@ const std::vector<std::string>& knownNames() {
       "RINGCOLL_FINGERPRINT", "RINGCOLL_TRACE", "RINGCOLL_GPU_CHUNK_BYTES",
       "RINGCOLL_BLOCKING_WAIT", "RINGCOLL_ASYNC_ERROR_HANDLING", "RINGCOLL_GPU_FINGERPRINT",
       "RINGCOLL_NCCL_BLOCKING", "RINGCOLL_STOP_LATCH_BYTES", "RINGCOLL_STREAM_DELAY_US", "RINGCOLL_STREAM_FAIL_AFTER", "RINGCOLL_GPU_ALGO",
-      "RINGCOLL_MAX_BATCHES_IN_FLIGHT"};
+      "RINGCOLL_MAX_BATCHES_IN_FLIGHT", "RINGCOLL_SPIN_US", "RINGCOLL_YIELD"};
   return names;
 }
 
@@ -170,6 +170,12 @@ void apply(Knobs& k, const std::string& name, const std::string& value) {
     k.inlineBytes = parseWhole(name, value, 0);
   } else if (name == "RINGCOLL_SMALL_BYTES") {
     k.smallBytes = parseWhole(name, value, 0);
+  } else if (name == "RINGCOLL_SPIN_US") {
+    k.spinUs = static_cast<uint32_t>(parseWhole(name, value, 0, "microseconds"));
+  } else if (name == "RINGCOLL_YIELD") {
+    RC_CHECK_ARG(value == "peers" || value == "never" || value == "always", name, "='", value,
+                 "' (expected peers, never or always)");
+    k.yield = value;
   } else if (name == "RINGCOLL_HOST") {
     k.host = value;
   } else if (name == "RINGCOLL_DEBUG") {
@@ -240,6 +246,7 @@ std::string Knobs::describe() const {
                 " RINGCOLL_TRANSPORT=", transport,
                 " RINGCOLL_CHUNK_BYTES=", chunkBytes, " RINGCOLL_INLINE_BYTES=", inlineBytes,
                 " RINGCOLL_SMALL_BYTES=", smallBytes,
+                " RINGCOLL_SPIN_US=", spinUs, " RINGCOLL_YIELD=", yield,
                 " RINGCOLL_HOST=", host.empty() ? "(auto)" : host,
                 " RINGCOLL_DEBUG=", debug ? 1 : 0, " RINGCOLL_FINGERPRINT=", fingerprint ? 1 : 0,
                 " RINGCOLL_GPU_CHUNK_BYTES=", gpuChunkBytes,

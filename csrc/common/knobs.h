@@ -128,6 +128,20 @@
 //                                                algorithm always runs as named) and on
 //                                                shared memory between every pair of
 //                                                ranks; 0: never
+//   spinUs       RINGCOLL_SPIN_US       100      CPU: how long a rank with nothing to do
+//                                                spins before it sleeps on a futex
+//                                                (transport/doorbell.h); 0: it sleeps at
+//                                                once. Chosen by measurement, idle and
+//                                                under load: docs/WAITING.md
+//   yield        RINGCOLL_YIELD         peers    CPU: whom a spinning rank hands its
+//                                                core to: peers (a rank of its group
+//                                                that last ran on this core and has
+//                                                work: ranks outnumbering cores), never
+//                                                (spin out the budget, as MPI libraries
+//                                                do), always (sched_yield every half
+//                                                microsecond: the old policy, which
+//                                                under load hands a busy process a
+//                                                whole scheduler slice; for A/B runs)
 //   host         RINGCOLL_HOST          (auto)   this rank's host identity; ranks with
 //                                                the same one share memory. Default:
 //                                                hostname and boot id. Tests set it to
@@ -209,6 +223,8 @@ struct Knobs {
   size_t inlineBytes = size_t{2} << 20;
   size_t smallBytes = size_t{64} << 10;
   bool algoSet = false;  // RINGCOLL_ALGO was given (environment or override)
+  uint32_t spinUs = 100;
+  std::string yield = "peers";
   uint32_t streamDelayUs = 0;
   size_t streamFailAfter = 0;
   std::string host;

@@ -1,6 +1,5 @@
 #include "engine/topology.h"
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -82,18 +81,11 @@ Topology exchangeTopology(Rendezvous& rv, int rank, int size, const std::string&
   return t;
 }
 
-namespace {
-int usableCores() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
-}
-}  // namespace
 
 std::unique_ptr<RoutedTransport> makeCpuTransport(
     const Topology& topo, const std::string& transport, Rendezvous& rv,
     std::shared_ptr<MessagePort> port, int rank, int size, size_t chunkBytes,
-    std::chrono::milliseconds timeout) {
+    std::chrono::milliseconds timeout, const WaitPolicy& wait) {
   if (transport == "shm") {
     for (int r = 0; r < size; ++r) {
       RC_CHECK_ARG(topo.hostOf[r] == topo.hostOf[rank], "RINGCOLL_TRANSPORT=shm but rank ",
@@ -105,9 +97,7 @@ std::unique_ptr<RoutedTransport> makeCpuTransport(
   std::vector<std::unique_ptr<Transport>> owned;
   ShmTransport* shm = nullptr;
   if (useShm) {
-    auto s = std::make_unique<ShmTransport>(
-        rv, rank, size, topo.local, chunkBytes,
-        WaitPolicy::forRanksPerCore(static_cast<int>(topo.local.size()), usableCores()));
+    auto s = std::make_unique<ShmTransport>(rv, rank, size, topo.local, chunkBytes, wait);
     shm = s.get();
     owned.push_back(std::move(s));
   }

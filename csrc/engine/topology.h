@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "transport/doorbell.h"
 #include "transport/message_port.h"
 #include "transport/rendezvous.h"
 #include "transport/routed_transport.h"
@@ -38,10 +39,11 @@ Topology exchangeTopology(Rendezvous& rv, int rank, int size, const std::string&
                           const std::string& agreed, bool probe);
 
 // The CPU transport of one backend (see above). `port`: gloo point-to-point over
-// the same ranks; chunkBytes: the largest message.
+// the same ranks; chunkBytes: the largest message; `wait`: how its shared memory's
+// waiters wait (transport/doorbell.h).
 std::unique_ptr<RoutedTransport> makeCpuTransport(
     const Topology& topo, const std::string& transport, Rendezvous& rv,
     std::shared_ptr<MessagePort> port, int rank, int size, size_t chunkBytes,
-    std::chrono::milliseconds timeout);
+    std::chrono::milliseconds timeout, const WaitPolicy& wait);
 
 }  // namespace ringcoll

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <climits>
 #include <ctime>
+#include <stdexcept>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -32,20 +33,41 @@ void futexWait(DoorbellWord* w, bool shared, uint32_t expected, long long ns) {
   const int op = shared ? FUTEX_WAIT : FUTEX_WAIT_PRIVATE;
   syscall(SYS_futex, futexWord(w), op, expected, &ts, nullptr, 0);
 }
+
+uint64_t nanosBetween(Doorbell::Clock::time_point a, Doorbell::Clock::time_point b) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+}
+
+// The spin looks at the clock, its CPU and its peers once every this many looks
+// (about half a microsecond of pauses here), and at the bell at every look.
+constexpr unsigned kLooksPerCheck = 16;
 }  // namespace
 
-WaitPolicy WaitPolicy::forRanksPerCore(int localRanks, int cores) {
-  WaitPolicy p;
-  if (cores > 0 && localRanks > cores) {
-    p.spin = std::chrono::nanoseconds(0);
-    p.yields = 2;
-  } else {
-    // A futex wake-up costs about 5 us here (more when the vCPU went idle); a peer
-    // that answers within this comes back without one.
-    p.spin = std::chrono::microseconds(100);
-    p.yields = 0;
+WaitPolicy::Yield WaitPolicy::yieldNamed(const std::string& name) {
+  if (name == "peers") return Yield::kToPeers;
+  if (name == "never") return Yield::kNever;
+  if (name == "always") return Yield::kAlways;
+  throw std::invalid_argument("'" + name + "' (expected peers, never or always)");
+}
+
+const char* WaitPolicy::yieldName(Yield y) {
+  switch (y) {
+    case Yield::kNever: return "never";
+    case Yield::kAlways: return "always";
+    case Yield::kToPeers: break;
   }
-  return p;
+  return "peers";
+}
+
+WaitStats& WaitStats::get() {
+  static WaitStats stats;
+  return stats;
+}
+
+void WaitStats::reset() {
+  for (auto* c : {&waits, &spun, &yields, &parks, &spinNs, &parkNs}) {
+    c->store(0, std::memory_order_relaxed);
+  }
 }
 
 Doorbell::Doorbell(DoorbellWord* word, bool shared, WaitPolicy policy)
@@ -61,38 +83,85 @@ void Doorbell::ring(DoorbellWord* word, bool shared) {
   }
 }
 
-void Doorbell::wait(uint32_t token, Clock::time_point until) const {
-  auto rung = [&] { return word_->seq.load(std::memory_order_seq_cst) != token; };
-  if (policy_.spin.count() > 0) {
-    // Every 16th look yields: with the peer on another core the call returns at once
-    // (nothing else wants this core); sharing a core with it (other load took the
-    // second one), it lets the peer run instead of spinning out the whole budget.
-    const auto spinUntil = Clock::now() + policy_.spin;
-    for (unsigned i = 1;; ++i) {
-      if (rung()) return;
-      if ((i & 15) == 0) {
-        sched_yield();
-        if (Clock::now() >= spinUntil) break;
-      } else {
-        RC_CPU_RELAX();
-      }
+int64_t Doorbell::nowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             Clock::now().time_since_epoch()).count();
+}
+
+void Doorbell::publish(int cpu, int64_t now) const {
+  word_->cpu.store(cpu, std::memory_order_relaxed);
+  word_->stampUs.store(now, std::memory_order_relaxed);
+}
+
+bool Doorbell::peerWaitsFor(int cpu, int64_t now) const {
+  for (const DoorbellWord* w : peers_) {
+    if (w->cpu.load(std::memory_order_relaxed) != cpu) continue;
+    if (now - w->stampUs.load(std::memory_order_relaxed) > kPresenceUs) continue;
+    // Awake, or asleep but rung since: runnable here, and not running (we are).
+    if (w->sleepers.load(std::memory_order_relaxed) == 0 ||
+        w->seq.load(std::memory_order_relaxed) != w->parkedOn.load(std::memory_order_relaxed)) {
+      return true;
     }
   }
-  for (int y = 0; y < policy_.yields; ++y) {
-    sched_yield();
-    if (rung()) return;
+  return false;
+}
+
+void Doorbell::wait(uint32_t token, Clock::time_point until) const {
+  auto rung = [&] { return word_->seq.load(std::memory_order_seq_cst) != token; };
+  if (rung()) return;
+  WaitStats& stats = WaitStats::get();
+  stats.waits.fetch_add(1, std::memory_order_relaxed);
+  const auto start = Clock::now();
+  if (policy_.spin.count() > 0) {
+    const auto spinUntil = std::min(until, start + policy_.spin);
+    int cpu = sched_getcpu();
+    publish(cpu, nowUs());
+    for (unsigned i = 1;; ++i) {
+      if (rung()) {
+        stats.spun.fetch_add(1, std::memory_order_relaxed);
+        stats.spinNs.fetch_add(nanosBetween(start, Clock::now()), std::memory_order_relaxed);
+        return;
+      }
+      if (i % kLooksPerCheck != 0) {
+        RC_CPU_RELAX();
+        continue;
+      }
+      // The scheduler may have moved this rank: what its peers see follows it.
+      const auto now = Clock::now();
+      const int64_t us = std::chrono::duration_cast<std::chrono::microseconds>(
+                             now.time_since_epoch()).count();
+      cpu = sched_getcpu();
+      publish(cpu, us);
+      if (policy_.yield == WaitPolicy::Yield::kAlways ||
+          (policy_.yield == WaitPolicy::Yield::kToPeers && peerWaitsFor(cpu, us))) {
+        stats.yields.fetch_add(1, std::memory_order_relaxed);
+        sched_yield();
+      }
+      if (now >= spinUntil) break;
+    }
+    stats.spinNs.fetch_add(nanosBetween(start, Clock::now()), std::memory_order_relaxed);
   }
+  const auto parked = Clock::now();
   // Announce the sleeper before the last look, so a ring() after that look sees it
-  // and wakes us (both sides use sequentially consistent operations).
+  // and wakes us (both sides use sequentially consistent operations). Peers see it
+  // too: a sleeping rank needs no core until it is rung.
+  word_->parkedOn.store(token, std::memory_order_relaxed);
   word_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  bool slept = false;
   for (;;) {
     if (rung()) break;
     const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(
         until - Clock::now()).count();
     if (left <= 0) break;
+    slept = true;
     futexWait(word_, shared_, token, left);
   }
   word_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  if (slept) {
+    stats.parks.fetch_add(1, std::memory_order_relaxed);
+    stats.parkNs.fetch_add(nanosBetween(parked, Clock::now()), std::memory_order_relaxed);
+    publish(sched_getcpu(), nowUs());  // it runs again, perhaps elsewhere
+  }
 }
 
 }  // namespace ringcoll

@@ -229,6 +229,12 @@ ShmTransport::ShmTransport(Rendezvous& rv, int rank, int size, const std::vector
                    " does not match this group (different knobs on different ranks?)");
       l.pid = ph->pid;
     }
+    // The spin yields to a local peer that waits for this rank's core (doorbell.h).
+    std::vector<const DoorbellWord*> watched;
+    for (int peer : sorted) {
+      if (peer != rank) watched.push_back(&links_[peer].seg.header()->bell);
+    }
+    bell_->watch(std::move(watched));
     // Everybody has mapped everything: the names can go.
     rv.set(RC_STR("ringcoll/shm/mapped/", rank), "1");
     for (int peer : sorted) {
@@ -292,6 +298,9 @@ void ShmTransport::commitSlot(int peer, size_t bytes) {
   mb->sizes[l.written % kSlots] = bytes;
   mb->written.store(++l.written, std::memory_order_seq_cst);
   Doorbell::ring(&l.seg.header()->bell, /*shared=*/true);
+  // A rank that sends is in a collective: its peers may need to yield it their core
+  // (doorbell.h), the one that never waits (the last to arrive) included.
+  bell_->present();
 }
 
 bool ShmTransport::trySend(int peer, const void* src, size_t bytes) {
