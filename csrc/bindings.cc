@@ -467,39 +467,83 @@ PyObject* forgetEagerGroup(PyObject*, PyObject* ref) {
 }
 PyMethodDef forgetEagerGroupDef{"_forget_eager_group", forgetEagerGroup, METH_O, nullptr};
 
-bool allReduceEager(py::handle tensorObj, py::handle group) {
+// The default process group (torch.distributed's _world.default_pg), a new
+// reference, or None when there is none.
+PyObject* defaultGroup() {
+  static PyObject* world = [] {
+    PyObject* c10d = PyImport_ImportModule("torch.distributed.distributed_c10d");
+    PyObject* w = c10d ? PyObject_GetAttrString(c10d, "_world") : nullptr;
+    Py_XDECREF(c10d);
+    return w;  // kept for the process: the module's one _World
+  }();
+  static PyObject* name = PyUnicode_InternFromString("default_pg");
+  if (world == nullptr || name == nullptr) return nullptr;
+  return PyObject_GetAttr(world, name);
+}
+
+// _C.all_reduce_eager(tensor, group) -> bool, a plain C function (METH_FASTCALL: no
+// argument parsing beyond two positional objects). `group`: a ProcessGroup, or None
+// for the default one. The GIL is held for the first pass of the collective and let
+// go only if it has to wait for a peer (RingcollBackend::runSmallNow).
+PyObject* allReduceEager(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
   HANDLE_TH_ERRORS
-  if (!THPVariable_CheckExact(tensorObj.ptr())) return false;
-  at::Tensor tensor = THPVariable_Unpack(tensorObj.ptr());
-  if (!ringcoll::ops::dispatcherRunsKernelOnly(tensor)) return false;
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "all_reduce_eager(tensor, group) takes 2 arguments");
+    return nullptr;
+  }
+  PyObject* tensorObj = args[0];
+  PyObject* group = args[1];
+  if (!THPVariable_CheckExact(tensorObj)) Py_RETURN_FALSE;
+  const at::Tensor& tensor = THPVariable_Unpack(tensorObj);
+  if (!ringcoll::ops::dispatcherRunsKernelOnly(tensor)) Py_RETURN_FALSE;
+  PyObject* owned = nullptr;  // the default group, while it is used here
+  if (group == Py_None) {
+    owned = defaultGroup();
+    if (owned == nullptr) return nullptr;
+    if (owned == Py_None) {  // not initialized: the op's route raises torch's error
+      Py_DECREF(owned);
+      Py_RETURN_FALSE;
+    }
+    group = owned;
+  }
   EagerSlot& slot = *eagerSlot();
   const c10::DeviceType device = tensor.device().type();
+  // Held for the call: another thread may drop the group (or destroy the default
+  // one) while this one waits with the GIL let go.
   c10::intrusive_ptr<RingcollBackend> backend;
-  if (slot.group != nullptr && group.ptr() != Py_None &&
-      PyWeakref_GetObject(slot.group) == group.ptr() && slot.device == device) {
+  if (slot.group != nullptr && PyWeakref_GetObject(slot.group) == group &&
+      slot.device == device) {
     backend = slot.backend;
   }
   if (!backend) {
-    const std::string name = py::cast<std::string>(group.attr("group_name"));
-    backend = ringcoll::ops::backendOf("ringcoll.ops.all_reduce_", name, device);
-    static PyObject* forget = PyCFunction_New(&forgetEagerGroupDef, nullptr);
-    if (forget == nullptr) throw py::error_already_set();
-    PyObject* ref = PyWeakref_NewRef(group.ptr(), forget);
-    if (ref == nullptr) throw py::error_already_set();
-    PyObject* old = slot.group;
-    slot.group = ref;
-    slot.device = device;
-    slot.backend = backend;
-    Py_XDECREF(old);
+    try {
+      const std::string name = py::cast<std::string>(py::handle(group).attr("group_name"));
+      auto found = ringcoll::ops::backendOf("ringcoll.ops.all_reduce_", name, device);
+      static PyObject* forget = PyCFunction_New(&forgetEagerGroupDef, nullptr);
+      if (forget == nullptr) throw py::error_already_set();
+      PyObject* ref = PyWeakref_NewRef(group, forget);
+      if (ref == nullptr) throw py::error_already_set();
+      PyObject* old = slot.group;
+      slot.group = ref;
+      slot.device = device;
+      slot.backend = found;
+      Py_XDECREF(old);
+      backend = std::move(found);
+    } catch (...) {
+      Py_XDECREF(owned);
+      throw;
+    }
   }
-  {
-    py::gil_scoped_release release;
-    ringcoll::ops::allReduceInPlace(tensor, *backend);
-  }
+  Py_XDECREF(owned);  // the backend is held above
+  backend->allreduceNow(const_cast<at::Tensor&>(tensor), /*gilHeld=*/true);
   torch::autograd::impl::bump_version(tensor);  // as the op's ADInplaceOrView kernel does (ops.cc)
-  return true;
-  END_HANDLE_TH_ERRORS_PYBIND
+  Py_RETURN_TRUE;
+  END_HANDLE_TH_ERRORS
 }
+PyMethodDef allReduceEagerDef{"all_reduce_eager", reinterpret_cast<PyCFunction>(
+                                  reinterpret_cast<void (*)()>(allReduceEager)),
+                              METH_FASTCALL,
+                              "ringcoll.ops.all_reduce_'s eager body (ringcoll/ops.py)"};
 
 }  // namespace
 
@@ -557,7 +601,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("overrides") = std::map<std::string, std::string>{}, py::arg("group") = "",
         py::arg("global_ranks") = std::vector<int64_t>{},
         py::call_guard<py::gil_scoped_release>());
-  m.def("all_reduce_eager", &allReduceEager, py::arg("tensor"), py::arg("group"));
+  m.add_object("all_reduce_eager",
+               py::reinterpret_steal<py::object>(PyCFunction_New(&allReduceEagerDef, nullptr)));
   // The flight recorder (backend/flight_recorder.h): its dump as bytes, or written
   // to torch's dump file of `global_rank`.
   m.def("flight_recorder_enabled", [] { return ringcoll::FlightRecorder::get().enabled(); });
@@ -567,6 +612,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("flight_recorder_write", [](int globalRank) {
     return ringcoll::FlightRecorder::get().write(globalRank, /*once=*/false);
   }, py::arg("global_rank"), py::call_guard<py::gil_scoped_release>());
+  m.def("wait_stats", [](bool reset) {
+    auto& s = ringcoll::WaitStats::get();
+    std::map<std::string, uint64_t> out{
+        {"waits", s.waits.load()}, {"spun", s.spun.load()}, {"yields", s.yields.load()},
+        {"parks", s.parks.load()}, {"spin_ns", s.spinNs.load()}, {"park_ns", s.parkNs.load()}};
+    if (reset) s.reset();
+    return out;
+  }, py::arg("reset") = false,
+  "This process's waits on its CPU transports' doorbells (transport/doorbell.h): waits "
+  "(calls that had to wait), spun (ended while spinning), yields (to a peer on this "
+  "CPU), parks (futex sleeps), spin_ns, park_ns. reset=True zeroes them after reading.");
   m.def("_set_shm_token_for_tests", &ringcoll::setShmTokenForTests, py::arg("token"));
   m.def("knobs", [](const std::map<std::string, std::string>& overrides) {
     return loadKnobs(overrides).describe();

@@ -4,6 +4,8 @@
 // the job, then what to copy back once the job is done.
 #include "backend/backend.h"
 
+#include <Python.h>
+
 #include "backend/api_helpers.h"
 #include "backend/checks.h"
 #include "common/errors.h"
@@ -64,12 +66,23 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
   const DType dtype = checks::tensorDType(op, t, "input");
   const algo::Reduction red = checks::reduction(op, opts.reduceOp, dtype);
   // No algorithm: a small collective (engine/small.h).
+  const bool isSmall = small(op, algo::SmallKind::kAllreduce, t, bytesOf(t), &red);
+  const algo::Fingerprint fp = callPrint(algo::Method::kAllreduce, dtype, t.numel(), &red);
+  if (isSmall && !opts.asyncOp && t.is_contiguous()) {
+    // Blocking: on this thread, start to end, the Work made completed (cpu_launch.cc).
+    const algo::SmallJob job =
+        smallJob(algo::SmallKind::kAllreduce, t, dtype, &red, getSize());
+    const auto timeout = opTimeout(opts.timeout);
+    if (const auto seq = runSmallNow(op, fp, job, timeout, t, /*gilHeld=*/false)) {
+      return RingcollWork::completed(getRank(), c10d::OpType::ALLREDUCE,
+                                     CallLabel{op, *seq, getRank(), getSize()}, timeout, {t});
+    }
+  }
   const algo::Prepared a =
-      small(op, algo::SmallKind::kAllreduce, t, bytesOf(t), &red)
-          ? nullptr
-          : algorithm(op, algo::Collective::kAllreduce, bytesOf(t), t, [&] { return params(t.numel()); });
-  return launch(c10d::OpType::ALLREDUCE, op,
-                callPrint(algo::Method::kAllreduce, dtype, t.numel(), &red),
+      isSmall ? nullptr
+              : algorithm(op, algo::Collective::kAllreduce, bytesOf(t), t,
+                          [&] { return params(t.numel()); });
+  return launch(c10d::OpType::ALLREDUCE, op, fp,
                 {t}, {t}, bytesOf(t), opTimeout(opts.timeout),
                 [this, a, t, dtype, red](algo::Executor& ex) {
                   at::Tensor flat = flatWorking(t);
@@ -84,6 +97,38 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce(
                                 std::move(finish)};
                 },
                 opts.asyncOp);
+}
+
+void RingcollBackend::allreduceNow(at::Tensor& tensor, bool gilHeld) {
+  const char* op = "allreduce";
+  if (tensor.layout() == at::kStrided && !tensor.is_complex() && tensor.is_contiguous()) {
+    const DType dtype = checks::tensorDType(op, tensor, "input");
+    const algo::Reduction red = checks::reduction(op, c10d::ReduceOp::SUM, dtype);
+    if (small(op, algo::SmallKind::kAllreduce, tensor, bytesOf(tensor), &red)) {
+      const algo::SmallJob job =
+          smallJob(algo::SmallKind::kAllreduce, tensor, dtype, &red, getSize());
+      if (runSmallNow(op, callPrint(algo::Method::kAllreduce, dtype, tensor.numel(), &red), job,
+                      timeout_, tensor, gilHeld)) {
+        return;
+      }
+    }
+  }
+  // Every other call: the general way, waited for (complex views, checks, errors).
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions opts;
+  opts.asyncOp = false;  // it may run inline up to RINGCOLL_INLINE_BYTES
+  if (!gilHeld) {
+    allreduce(tensors, opts)->wait();
+    return;
+  }
+  PyThreadState* state = PyEval_SaveThread();
+  try {
+    allreduce(tensors, opts)->wait();
+  } catch (...) {
+    PyEval_RestoreThread(state);
+    throw;
+  }
+  PyEval_RestoreThread(state);
 }
 
 c10::intrusive_ptr<c10d::Work> RingcollBackend::allreduce_coalesced(

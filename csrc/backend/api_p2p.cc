@@ -394,6 +394,7 @@ std::string describeUnfinished(const std::vector<c10::weak_intrusive_ptr<c10d::W
 }  // namespace
 
 void RingcollBackend::noteCoalesced(const c10::intrusive_ptr<c10d::Work>& work) {
+  if (!coalescingNow_.load(std::memory_order_acquire)) return;  // the common case: no lock
   std::lock_guard<Mutex> lock(coalesceMutex_);
   if (coalescing_) coalesced_.push_back(work);
 }
@@ -407,6 +408,7 @@ void RingcollBackend::startCoalescing() {
   TORCH_CHECK(!coalescing_, "ringcoll::startCoalescing: already coalescing (no endCoalescing "
                             "since the last startCoalescing)");
   coalescing_ = true;
+  coalescingNow_.store(true, std::memory_order_release);
   works.swap(coalesced_);
   batch.swap(streamBatch_);
   batchWorks.swap(streamBatchWorks_);
@@ -420,6 +422,7 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::endCoalescing() {
     std::lock_guard<Mutex> lock(coalesceMutex_);
     TORCH_CHECK(coalescing_, "ringcoll::endCoalescing: called without startCoalescing");
     coalescing_ = false;
+    coalescingNow_.store(false, std::memory_order_release);
     works.swap(coalesced_);
     batch.swap(streamBatch_);
     batchWorks.swap(streamBatchWorks_);

@@ -71,6 +71,7 @@
 #include "reduce/reducer.h"
 #include "schedules/registry.h"
 #include "schedules/select.h"
+#include "transport/doorbell.h"
 #include "transport/routed_transport.h"
 
 // torch 2.14 added canonical `_single` names for the one-buffer collectives
@@ -123,6 +124,10 @@ class RingcollBackend final : public c10d::Backend {
                                            const c10d::BroadcastOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override;
+  // The op's body (backend/ops.h): a SUM all-reduce of `tensor` in place, blocking,
+  // the same collective as allreduce() (its checks, sequence number and errors).
+  // `gilHeld`: the caller holds the GIL (runSmallNow).
+  void allreduceNow(at::Tensor& tensor, bool gilHeld);
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
       std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
   // api_coalesced.cc: several tensors, one packed collective.
@@ -255,6 +260,19 @@ class RingcollBackend final : public c10d::Backend {
                                            std::vector<at::Tensor> outputs,
                                            size_t bytes, std::chrono::milliseconds timeout,
                                            Body body, int64_t fr, bool async);
+  // A blocking small collective (engine/small.h) of this CPU group, run on the
+  // calling thread start to end with no Work (cpu_launch.cc): the op's whole call,
+  // and dist.*'s with async_op=False. Returns its sequence number, or nothing when
+  // it cannot run that way (the group is stopped or broken, work is queued ahead of
+  // it, it is coalescing, c10d hooks want a Work): the caller then launches it the
+  // general way. `tensor`: the user's (for the flight recorder). `gilHeld`: the
+  // caller holds the GIL, which it keeps for the first pass and lets go of while it
+  // waits for a peer. Throws the collective's error (DistBackendError) as wait()
+  // would.
+  std::optional<uint64_t> runSmallNow(const char* op, algo::Fingerprint fp,
+                                      const algo::SmallJob& job,
+                                      std::chrono::milliseconds timeout,
+                                      const at::Tensor& tensor, bool gilHeld);
   // Starts or resumes a CPU task; false if `budget` ran out first (it can be
   // resumed). kForever: until it ends. True: it ended (its outcome is in the task),
   // and the caller calls endCpu once it holds no lock.
@@ -292,6 +310,8 @@ class RingcollBackend final : public c10d::Backend {
   // which the teardown joins, it only requests: the failures come at once, the
   // joins and frees with the next stop() on another thread or the destructor.
   void stop(Stop how);
+  // How the CPU transports' waiters wait: RINGCOLL_SPIN_US and RINGCOLL_YIELD.
+  WaitPolicy waitPolicy() const;
   // The parts of a stop that wait for nothing: fails the stream paths' work at once
   // (kAbort) and tells point-to-point to stop.
   void requestStop(Stop how);
@@ -456,6 +476,7 @@ class RingcollBackend final : public c10d::Backend {
   // held while a tensor may be freed, Python runs or a future's callbacks run).
   Mutex coalesceMutex_{"RingcollBackend::coalesceMutex_"};
   bool coalescing_ = false;
+  std::atomic<bool> coalescingNow_{false};  // coalescing_, read without the lock
   std::vector<c10::intrusive_ptr<c10d::Work>> coalesced_;
   // Stream point-to-point messages of the open coalescing block, sent as one job at
   // endCoalescing, and the Works their calls returned (completed with it).

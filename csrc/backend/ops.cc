@@ -47,13 +47,6 @@ c10::intrusive_ptr<RingcollBackend> backendOf(const char* op, const std::string&
   return c10::intrusive_ptr<RingcollBackend>::reclaim_copy(rc);
 }
 
-void allReduceInPlace(at::Tensor& tensor, RingcollBackend& backend) {
-  std::vector<at::Tensor> tensors{tensor};
-  c10d::AllreduceOptions opts;
-  opts.asyncOp = false;  // waited for at once: it may run inline up to RINGCOLL_INLINE_BYTES
-  backend.allreduce(tensors, opts)->wait();
-}
-
 bool dispatcherRunsKernelOnly(const at::Tensor& tensor) {
   if (tensor.is_inference() || (c10::GradMode::is_enabled() && tensor.requires_grad())) {
     return false;
@@ -77,8 +70,9 @@ bool dispatcherRunsKernelOnly(const at::Tensor& tensor) {
 namespace {
 
 void allReduceKernel(at::Tensor& tensor, const std::string& groupName) {
-  allReduceInPlace(tensor,
-                   *backendOf("ringcoll.ops.all_reduce_", groupName, tensor.device().type()));
+  // The dispatcher's call holds no GIL (torch.ops' Python entry lets it go).
+  backendOf("ringcoll.ops.all_reduce_", groupName, tensor.device().type())
+      ->allreduceNow(tensor, /*gilHeld=*/false);
 }
 
 // The op's handle, for the kernels below that redispatch it.

@@ -1,5 +1,6 @@
 // ringcoll's torch ops (ops.cc) and what their eager entry needs (bindings.cc:
-// _C.all_reduce_eager, called by ringcoll/ops.py).
+// _C.all_reduce_eager, called by ringcoll/ops.py). The op's body is
+// RingcollBackend::allreduceNow.
 #pragma once
 
 #include <string>
@@ -19,10 +20,6 @@ namespace ops {
 // the caller in the message.
 c10::intrusive_ptr<RingcollBackend> backendOf(const char* op, const std::string& groupName,
                                               c10::DeviceType device);
-
-// The body of ringcoll::all_reduce_: an in-place SUM all-reduce of `tensor` on
-// `backend`, returning when it is done (the collective's errors raise here).
-void allReduceInPlace(at::Tensor& tensor, RingcollBackend& backend);
 
 // Whether torch's dispatcher, called with `tensor`, would do nothing but run the op's
 // CPU or CUDA kernel: a dense CPU or CUDA tensor with no Python, functionalization,

@@ -52,6 +52,11 @@ class RingcollWork final : public c10d::Work {
   RingcollWork(int rank, c10d::OpType type, CallLabel label, uint64_t seq,
                std::chrono::milliseconds timeout, std::vector<at::Tensor> outputs,
                std::function<std::string()> describeWait);
+  // A Work for a call that already ended well (backend: runSmallNow): completed,
+  // its future made completed when asked for.
+  static c10::intrusive_ptr<RingcollWork> completed(int rank, c10d::OpType type, CallLabel label,
+                                                    std::chrono::milliseconds timeout,
+                                                    std::vector<at::Tensor> outputs);
   // Its outputs may be the last references to Python-owned tensors.
   ~RingcollWork() override;
 
