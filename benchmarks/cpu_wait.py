@@ -114,6 +114,7 @@ def rank_main(args) -> int:
                         "waits": ws["waits"] / n, "spun": ws["spun"] / n,
                         "yields": ws["yields"] / n, "parks": ws["parks"] / n,
                         "spin_us": ws["spin_ns"] / n / 1e3, "park_us": ws["park_ns"] / n / 1e3,
+                        "moves": ws["moves"],
                         "vcsw": (ru1.ru_nvcsw - ru0.ru_nvcsw) / n,
                         "ivcsw": (ru1.ru_nivcsw - ru0.ru_nivcsw) / n,
                     }})
@@ -137,7 +138,8 @@ def summarize(turns, policies, sizes):
             for key in ("median_us", "p90_us", "p99_us", "max_us"):
                 vals = [max(t[key] for t in mine if t["rep"] == r) for r in reps]
                 figs[key] = (statistics.median(vals), min(vals), max(vals))
-            for key in ("waits", "spun", "yields", "parks", "spin_us", "park_us", "vcsw", "ivcsw"):
+            for key in ("waits", "spun", "yields", "parks", "spin_us", "park_us", "vcsw", "ivcsw",
+                        "moves"):
                 vals = [statistics.mean(t["per_call"][key] for t in mine if t["rep"] == r)
                         for r in reps]
                 figs[key] = (statistics.median(vals), min(vals), max(vals))
@@ -158,15 +160,17 @@ def table(summary, policies, sizes) -> str:
                 + ("" if not s["wrong"] else f"  WRONG {s['wrong']}"))
     lines += ["", "# per call, mean over ranks, median over repetitions: waits (doorbell waits), "
               "spun (ended spinning), yields, parks (futex sleeps), us spinning, us asleep, "
-              "voluntary and involuntary context switches",
+              "voluntary and involuntary context switches; moves: a rank's moves away from a "
+              "peer that shared its CPU, in the whole turn (not per call)",
               f"{'size':>8} {'policy':>8} " + " ".join(f"{k:>8}" for k in (
-                  "waits", "spun", "yields", "parks", "spin_us", "park_us", "vcsw", "ivcsw"))]
+                  "waits", "spun", "yields", "parks", "spin_us", "park_us", "vcsw", "ivcsw",
+                  "moves"))]
     for size in sizes:
         for name in policies:
             s = summary[(size, name)]
             lines.append(f"{human(size):>8} {name:>8} " + " ".join(
                 f"{s[k][0]:8.2f}" for k in ("waits", "spun", "yields", "parks", "spin_us",
-                                            "park_us", "vcsw", "ivcsw")))
+                                            "park_us", "vcsw", "ivcsw", "moves")))
     return "\n".join(lines)
 
 

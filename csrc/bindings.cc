@@ -616,7 +616,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     auto& s = ringcoll::WaitStats::get();
     std::map<std::string, uint64_t> out{
         {"waits", s.waits.load()}, {"spun", s.spun.load()}, {"yields", s.yields.load()},
-        {"parks", s.parks.load()}, {"spin_ns", s.spinNs.load()}, {"park_ns", s.parkNs.load()}};
+        {"parks", s.parks.load()}, {"spin_ns", s.spinNs.load()}, {"park_ns", s.parkNs.load()},
+        {"moves", s.moves.load()}};
     if (reset) s.reset();
     return out;
   }, py::arg("reset") = false,

@@ -75,6 +75,45 @@ def test_no_yield_to_a_busy_process_beside_a_rank():
     assert sum(r["yields"] for r in always) > 0, always
 
 
+def _start_together(rank, p, calls=400):
+    """Both ranks start on the first CPU, then may run anywhere: with a busy process
+    per CPU the scheduler has no reason to part them."""
+    os.sched_setaffinity(0, {CPUS[0]})
+    g = dist.new_group(backend="ringcoll")
+    x = torch.zeros(2)
+    for _ in range(20):
+        ops.all_reduce_(x, group=g)
+    os.sched_setaffinity(0, CPUS)
+    _C.wait_stats(True)
+    wrong = 0
+    for i in range(calls):
+        x.fill_(rank + i)
+        ops.all_reduce_(x, group=g)
+        wrong += int((x != float(sum(r + i for r in range(p)))).sum())
+    return {"wrong": wrong, "mask": sorted(os.sched_getaffinity(0)), **_C.wait_stats(False)}
+
+
+@pytest.mark.alone
+@pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 CPUs")
+def test_two_ranks_kept_on_one_cpu_part():
+    # Both ranks on the first CPU, two busy processes held on the second: the
+    # scheduler sees two tasks a CPU and has no reason to part the ranks. The higher
+    # rank moves itself to the other CPU (its mask is given back as it was); the
+    # lower one stays.
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                             preexec_fn=lambda: os.sched_setaffinity(0, {CPUS[1]}))
+            for _ in range(2)]
+    try:
+        res = mp.run_world(2, _start_together, transport="shm")
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
+    assert all(r["wrong"] == 0 for r in res), res
+    assert all(r["mask"] == CPUS for r in res), res
+    assert res[0]["moves"] == 0 and res[1]["moves"] >= 1, res
+
+
 def _spin_zero(rank, p):
     # RINGCOLL_SPIN_US=0: a waiter sleeps at once, and the calls still complete.
     g = dist.new_group(backend="ringcoll", pg_options=ringcoll.Options(spin_us=0))

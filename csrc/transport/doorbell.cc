@@ -65,7 +65,7 @@ WaitStats& WaitStats::get() {
 }
 
 void WaitStats::reset() {
-  for (auto* c : {&waits, &spun, &yields, &parks, &spinNs, &parkNs}) {
+  for (auto* c : {&waits, &spun, &yields, &parks, &spinNs, &parkNs, &moves}) {
     c->store(0, std::memory_order_relaxed);
   }
 }
@@ -106,6 +106,42 @@ bool Doorbell::peerWaitsFor(int cpu, int64_t now) const {
   return false;
 }
 
+void Doorbell::moveAway(int cpu, int64_t now) const {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  if (sched_getaffinity(0, sizeof(mask), &mask) != 0) return;
+  // Fewer CPUs than ranks: sharing is the only placement there is.
+  if (CPU_COUNT(&mask) < static_cast<int>(peers_.size()) + 1) return;
+  // Of two ranks on one CPU, the one with the higher index moves; the other stays.
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    const int index = static_cast<int>(i) < localIndex_ ? static_cast<int>(i) : static_cast<int>(i) + 1;
+    if (index > localIndex_ && peers_[i]->cpu.load(std::memory_order_relaxed) == cpu) return;
+  }
+  // To a CPU of its mask that no peer was seen on lately, else any other of its mask.
+  int target = -1;
+  for (int c = 0; c < CPU_SETSIZE && target < 0; ++c) {
+    if (c == cpu || !CPU_ISSET(c, &mask)) continue;
+    bool taken = false;
+    for (const DoorbellWord* w : peers_) {
+      taken = taken || (w->cpu.load(std::memory_order_relaxed) == c &&
+                        now - w->stampUs.load(std::memory_order_relaxed) <= kPresenceUs);
+    }
+    if (!taken) target = c;
+  }
+  for (int c = 0; c < CPU_SETSIZE && target < 0; ++c) {
+    if (c != cpu && CPU_ISSET(c, &mask)) target = c;
+  }
+  if (target < 0) return;
+  // The kernel moves the thread when its mask excludes the CPU it is on; the mask is
+  // then given back as it was, so the move is all that remains of it.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(target, &one);
+  if (sched_setaffinity(0, sizeof(one), &one) != 0) return;
+  sched_setaffinity(0, sizeof(mask), &mask);
+  WaitStats::get().moves.fetch_add(1, std::memory_order_relaxed);
+}
+
 void Doorbell::wait(uint32_t token, Clock::time_point until) const {
   auto rung = [&] { return word_->seq.load(std::memory_order_seq_cst) != token; };
   if (rung()) return;
@@ -116,8 +152,10 @@ void Doorbell::wait(uint32_t token, Clock::time_point until) const {
     const auto spinUntil = std::min(until, start + policy_.spin);
     int cpu = sched_getcpu();
     publish(cpu, nowUs());
+    bool sharedThisWait = false;  // a peer waited for this CPU during this wait
     for (unsigned i = 1;; ++i) {
       if (rung()) {
+        if (!sharedThisWait) sharedWaits_ = 0;
         stats.spun.fetch_add(1, std::memory_order_relaxed);
         stats.spinNs.fetch_add(nanosBetween(start, Clock::now()), std::memory_order_relaxed);
         return;
@@ -132,10 +170,18 @@ void Doorbell::wait(uint32_t token, Clock::time_point until) const {
                              now.time_since_epoch()).count();
       cpu = sched_getcpu();
       publish(cpu, us);
-      if (policy_.yield == WaitPolicy::Yield::kAlways ||
-          (policy_.yield == WaitPolicy::Yield::kToPeers && peerWaitsFor(cpu, us))) {
+      const bool peerHere =
+          policy_.yield == WaitPolicy::Yield::kToPeers && peerWaitsFor(cpu, us);
+      if (peerHere || policy_.yield == WaitPolicy::Yield::kAlways) {
         stats.yields.fetch_add(1, std::memory_order_relaxed);
         sched_yield();
+      }
+      if (peerHere && !sharedThisWait) {
+        sharedThisWait = true;
+        if (++sharedWaits_ >= kMoveAfter) {
+          sharedWaits_ = 0;
+          moveAway(cpu, us);
+        }
       }
       if (now >= spinUntil) break;
     }

@@ -24,9 +24,14 @@
 // it went to sleep), knows that peer is runnable and not running (this waiter is):
 // it yields to it. That is the case of ranks outnumbering cores, and of two ranks
 // the scheduler put on one core; a presence older than kPresenceUs is not trusted
-// (the peer left the collective and may run elsewhere by now). After the spin
-// budget the waiter sleeps on the futex, so a peer that is late (computing, not yet
-// in the collective) costs the machine no CPU.
+// (the peer left the collective and may run elsewhere by now). Two ranks that the
+// scheduler keeps on one core although their threads may run on more (it balances
+// task counts, and two ranks beside two busy processes are balanced however they
+// sit) hand the core back and forth at every call: after kMoveAfter such waits in a
+// row the higher of the two moves itself to another CPU of its mask (the mask is set
+// to that CPU and given back, which leaves only the move). After the spin budget the
+// waiter sleeps on the futex, so a peer that is late (computing, not yet in the
+// collective) costs the machine no CPU.
 #pragma once
 
 #include <sched.h>
@@ -80,6 +85,7 @@ struct WaitStats {
   std::atomic<uint64_t> parks{0};    // futex sleeps
   std::atomic<uint64_t> spinNs{0};   // time spent spinning
   std::atomic<uint64_t> parkNs{0};   // time spent in the futex sleep
+  std::atomic<uint64_t> moves{0};    // moves to another CPU, away from a peer
   static WaitStats& get();
   void reset();
 };
@@ -93,7 +99,12 @@ class Doorbell {
 
   // The words of the ranks this one may share a core with (its host's other ranks
   // of the group), whose presence the spin watches. They must outlive the doorbell.
-  void watch(std::vector<const DoorbellWord*> peers) { peers_ = std::move(peers); }
+  // `index`: this rank's among its host's ranks of the group (peers are the others,
+  // in that order).
+  void watch(std::vector<const DoorbellWord*> peers, int index) {
+    peers_ = std::move(peers);
+    localIndex_ = index;
+  }
 
   uint32_t token() const { return word_->seq.load(std::memory_order_seq_cst); }
   void ring();
@@ -107,6 +118,11 @@ class Doorbell {
   // A watched peer that is runnable on `cpu` but cannot run (this rank does).
   bool peerWaitsFor(int cpu, int64_t nowUs) const;
   void publish(int cpu, int64_t nowUs) const;
+  // Two ranks the scheduler keeps on one CPU (kMoveAfter waits in a row found the
+  // peer waiting for this CPU) while the thread's mask has a CPU for each: the
+  // higher of the two moves itself to another CPU of its mask.
+  void moveAway(int cpu, int64_t nowUs) const;
+  static constexpr int kMoveAfter = 32;
   static int64_t nowUs();
   // How long a peer's presence is trusted: about a scheduler slice (a peer
   // preempted between two calls shows the CPU it waits on for that long).
@@ -116,6 +132,8 @@ class Doorbell {
   bool shared_;
   WaitPolicy policy_;
   std::vector<const DoorbellWord*> peers_;
+  int localIndex_ = 0;
+  mutable int sharedWaits_ = 0;  // waits in a row in which a peer waited for this CPU
 };
 
 }  // namespace ringcoll

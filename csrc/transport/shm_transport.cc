@@ -234,7 +234,7 @@ ShmTransport::ShmTransport(Rendezvous& rv, int rank, int size, const std::vector
     for (int peer : sorted) {
       if (peer != rank) watched.push_back(&links_[peer].seg.header()->bell);
     }
-    bell_->watch(std::move(watched));
+    bell_->watch(std::move(watched), myLocal_);
     // Everybody has mapped everything: the names can go.
     rv.set(RC_STR("ringcoll/shm/mapped/", rank), "1");
     for (int peer : sorted) {
