@@ -57,7 +57,7 @@ struct RingcollBackend::CpuTask {
   algo::Fingerprint fp;  // seq and rank set; the algorithm once the body ran
   std::chrono::milliseconds timeout;
   std::optional<Staged> staged;
-  std::unique_ptr<algo::Run> exec;
+  algo::RunHandle exec;
   Clock::time_point started;  // RINGCOLL_DEBUG only
   algo::TraceTag tag;  // set only when tracing
   Clock::time_point lastReportLook{}; // checkInterrupts' last read of the store
@@ -75,7 +75,7 @@ void RingcollBackend::keepAfterFailure(CpuTask& t) {
   struct Kept {
     Body body;
     std::optional<Staged> staged;
-    std::unique_ptr<algo::Run> exec;
+    algo::RunHandle exec;
   };
   auto kept = std::make_shared<Kept>(
       Kept{std::move(t.body), std::move(t.staged), std::move(t.exec)});
@@ -194,10 +194,6 @@ std::optional<uint64_t> RingcollBackend::runSmallNow(const char* op, algo::Finge
     }
     t.staged.emplace();
     t.staged->small = job;
-    // It holds the user's tensor as the general path's body does, so that a failed
-    // call's memory stays with the backend until it is stopped (keepAfterFailure).
-    // One tensor: inside std::function's own storage, no allocation.
-    t.staged->finish = [held = tensor] {};
     // The first pass with the GIL still held: a call whose peers' messages are
     // here already (and any call of a world of one) ends in it, and the GIL is not
     // given up and taken back for nothing. A call that has to wait lets it go.
@@ -215,7 +211,16 @@ std::optional<uint64_t> RingcollBackend::runSmallNow(const char* op, algo::Finge
     RC_ASSERT(ended, "a blocking small collective returned unfinished");
   }
   endCpu(t);
-  if (t.error) std::rethrow_exception(t.error);
+  if (t.error) {
+    // The backend keeps a failed call's memory until it is stopped, as the general
+    // path's (keepAfterFailure: its body holds the tensor), whatever the caller does.
+    auto held = std::make_shared<at::Tensor>(tensor);
+    {
+      std::lock_guard<Mutex> lock(keptMutex_);
+      kept_.push_back(std::move(held));
+    }
+    std::rethrow_exception(t.error);
+  }
   return t.fp.seq;
 }
 
@@ -291,7 +296,7 @@ bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
                                 ringNeighbours_.end());
         }
         job.tag = t.tag;
-        t.exec = executor_->start(std::move(job));
+        t.exec = algo::RunHandle(executor_->start(std::move(job)).release());
       }
     }
     // A collective that ends on its first pass (a small one whose peers' messages

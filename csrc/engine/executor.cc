@@ -499,13 +499,13 @@ std::unique_ptr<Execution> Executor::start(Job job) {
                                      headers_.data(), tracer_);
 }
 
-std::unique_ptr<Run> Executor::startSmall(const SmallJob& job) {
+RunHandle Executor::startSmall(const SmallJob& job) {
   waitingFor_.store(-1, std::memory_order_relaxed);  // as in start()
   const size_t words = (job.n * elementSize(job.dtype) + 7) / 8;
   if (smallScratch_.size() < words) smallScratch_.resize(words);
   smallViews_.assign(static_cast<size_t>(transport_.size()), nullptr);
-  return std::make_unique<SmallCollective>(transport_, reducer_, job, smallScratch_.data(),
-                                          smallViews_.data());
+  small_.emplace(transport_, reducer_, job, smallScratch_.data(), smallViews_.data());
+  return RunHandle(&*small_, RunRelease{false});
 }
 
 bool Executor::drive(Run& ex, Clock::time_point until,

@@ -43,6 +43,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -249,8 +250,10 @@ class Executor {
   void setTracer(Tracer* tracer) { tracer_ = tracer; }
 
   std::unique_ptr<Execution> start(Job job);
-  // The small collective of job (engine/small.h; SmallCollective::runsOn said yes).
-  std::unique_ptr<Run> startSmall(const SmallJob& job);
+  // The small collective of job (engine/small.h; SmallCollective::runsOn said yes),
+  // made in the executor's storage (no allocation per call): valid until the next
+  // startSmall or the executor's end.
+  RunHandle startSmall(const SmallJob& job);
   // Runs ex until it is done (true) or `until` passes (false). Throws PeerError
   // when it made no progress for `timeout`.
   bool drive(Run& ex, Clock::time_point until, std::chrono::milliseconds timeout);
@@ -268,6 +271,7 @@ class Executor {
   std::vector<Fingerprint> headers_;  // the running execution's, one per peer
   std::vector<uint64_t> smallScratch_;  // the small collectives' accumulator ...
   std::vector<const char*> smallViews_;  // ... and its received inputs
+  std::optional<SmallCollective> small_;  // startSmall's run
   Tracer* tracer_ = nullptr;
   PlanCache plans_;
 };

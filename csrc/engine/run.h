@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 namespace ringcoll::algo {
@@ -23,5 +24,16 @@ class Run {
   // The schedule's name (logs, RINGCOLL_DEBUG).
   virtual const std::string& name() const = 0;
 };
+
+// A run as the executor hands it out: owned by the handle (an Execution), or living
+// in the executor's own storage and only borrowed (a small collective, remade in
+// place for each call: the executor runs one collective at a time).
+struct RunRelease {
+  bool owned = true;
+  void operator()(Run* r) const {
+    if (owned) delete r;
+  }
+};
+using RunHandle = std::unique_ptr<Run, RunRelease>;
 
 }  // namespace ringcoll::algo
