@@ -60,16 +60,17 @@ def rank_main(args) -> int:
         return torch.nn.Sequential(*[m for _ in range(args.layers) for m in (
             torch.nn.Linear(args.width, args.width), torch.nn.ReLU())])
 
-    models = {name: DDP(make(), process_group=g, bucket_cap_mb=args.bucket_mb)
-              for name, g in groups.items()}
+    # compute: a model of its own (its steps never sync), so that the two others take
+    # the same steps and end with the same parameters.
+    models = {name: DDP(make(), process_group=groups["gloo" if name == "compute" else name],
+                        bucket_cap_mb=args.bucket_mb) for name in MODES}
     opts = {n: torch.optim.SGD(m.parameters(), lr=1e-4) for n, m in models.items()}
     gen = torch.Generator().manual_seed(1000 + rank)
     x = torch.randn(args.batch, args.width, generator=gen)
     y = torch.randn(args.batch, args.width, generator=gen)
 
     def step(name):
-        model = models["ringcoll" if name == "compute" else name]
-        opt = opts["ringcoll" if name == "compute" else name]
+        model, opt = models[name], opts[name]
         opt.zero_grad(set_to_none=False)
         if name == "compute":
             with model.no_sync():
