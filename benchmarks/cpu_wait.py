@@ -35,6 +35,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.abspath(__file__)
@@ -57,6 +58,18 @@ def parse_policies(text):
 def pct(xs, q):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def migrations() -> int:
+    """The kernel's count of this thread's moves between CPUs (/proc: se.nr_migrations)."""
+    try:
+        with open(f"/proc/self/task/{threading.get_native_id()}/sched") as f:
+            for line in f:
+                if line.startswith("se.nr_migrations"):
+                    return int(line.split(":")[1])
+    except OSError:
+        pass
+    return 0
 
 
 def rank_main(args) -> int:
@@ -97,11 +110,13 @@ def rank_main(args) -> int:
                 ts = [0.0] * n
                 _C.wait_stats(True)
                 ru0 = resource.getrusage(resource.RUSAGE_SELF)
+                mig0 = migrations()
                 for i in range(n):
                     t0 = clock()
                     call(x, g)
                     ts[i] = clock() - t0
                 ru1 = resource.getrusage(resource.RUSAGE_SELF)
+                mig1 = migrations()
                 ws = _C.wait_stats(False)
                 x.fill_(rank + 1)
                 ops.all_reduce_(x, group=g)
@@ -114,7 +129,7 @@ def rank_main(args) -> int:
                         "waits": ws["waits"] / n, "spun": ws["spun"] / n,
                         "yields": ws["yields"] / n, "parks": ws["parks"] / n,
                         "spin_us": ws["spin_ns"] / n / 1e3, "park_us": ws["park_ns"] / n / 1e3,
-                        "moves": ws["moves"],
+                        "moves": ws["moves"], "migrations": mig1 - mig0,
                         "vcsw": (ru1.ru_nvcsw - ru0.ru_nvcsw) / n,
                         "ivcsw": (ru1.ru_nivcsw - ru0.ru_nivcsw) / n,
                     }})
@@ -139,7 +154,7 @@ def summarize(turns, policies, sizes):
                 vals = [max(t[key] for t in mine if t["rep"] == r) for r in reps]
                 figs[key] = (statistics.median(vals), min(vals), max(vals))
             for key in ("waits", "spun", "yields", "parks", "spin_us", "park_us", "vcsw", "ivcsw",
-                        "moves"):
+                        "moves", "migrations"):
                 vals = [statistics.mean(t["per_call"][key] for t in mine if t["rep"] == r)
                         for r in reps]
                 figs[key] = (statistics.median(vals), min(vals), max(vals))
@@ -161,16 +176,18 @@ def table(summary, policies, sizes) -> str:
     lines += ["", "# per call, mean over ranks, median over repetitions: waits (doorbell waits), "
               "spun (ended spinning), yields, parks (futex sleeps), us spinning, us asleep, "
               "voluntary and involuntary context switches; moves: a rank's moves away from a "
-              "peer that shared its CPU, in the whole turn (not per call)",
-              f"{'size':>8} {'policy':>8} " + " ".join(f"{k:>8}" for k in (
+              "peer that shared its CPU, and migrations: the kernel's moves of the rank "
+              "between CPUs (its own included), both in the whole turn (not per call)",
+              f"{'size':>8} {'policy':>8} " + " ".join(f"{k:>10}" for k in (
                   "waits", "spun", "yields", "parks", "spin_us", "park_us", "vcsw", "ivcsw",
-                  "moves"))]
+                  "moves", "migrations"))]
     for size in sizes:
         for name in policies:
             s = summary[(size, name)]
             lines.append(f"{human(size):>8} {name:>8} " + " ".join(
-                f"{s[k][0]:8.2f}" for k in ("waits", "spun", "yields", "parks", "spin_us",
-                                            "park_us", "vcsw", "ivcsw", "moves")))
+                f"{s[k][0]:10.2f}" for k in ("waits", "spun", "yields", "parks", "spin_us",
+                                            "park_us", "vcsw", "ivcsw", "moves",
+                                            "migrations")))
     return "\n".join(lines)
 
 
