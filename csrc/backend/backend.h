@@ -289,7 +289,8 @@ class RingcollBackend final : public c10d::Backend {
   // Between slices of a CPU collective: throws if it must end now (a peer's report
   // in the store, abort(), shutdown() with no progress for kShutdownGrace).
   void checkInterrupts(CpuTask& task);
-  // A collective called, or started, after abort()/shutdown() fails at once.
+  // A collective called after abort()/shutdown(), or queued before abort(), fails at
+  // once (one queued before shutdown() runs: runCpu).
   void throwIfStopped(const CallLabel& label) const;
   // What another rank reported in the group's store (a disagreement), "" if none.
   std::string peerReport();

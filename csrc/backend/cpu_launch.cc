@@ -258,7 +258,10 @@ bool RingcollBackend::runCpu(CpuTask& t, std::chrono::nanoseconds budget) {
                         c10::str(t.label, ": the group is unusable after an earlier "
                                           "failure: ", why));
       }
-      throwIfStopped(t.label);  // queued before abort()/shutdown()
+      // Queued before abort(): it fails now. Queued before shutdown()
+      // (destroy_process_group) it runs, as gloo's does: destroy completes what was
+      // issued before it (checkInterrupts fails it only if its peers stop moving).
+      if (stop_.load() == static_cast<int>(Stop::kAbort)) throwIfStopped(t.label);
       if (knobs_.debug) t.started = Clock::now();  // for the log line only
       FlightRecorder::get().started(t.fr);
       try {

@@ -138,7 +138,14 @@ class StreamWork final : public c10d::Work {
     if (captured_) return true;
     if (blocking_ || timeout != kNoTimeout || !device_->hasCallerStream()) hostWait(timeout);
     rethrowIfFailed();
-    if (device_->hasCallerStream()) device_->callerWaits(end_);
+    if (device_->hasCallerStream()) {
+      device_->callerWaits(end_);
+    } else {
+      // A host device (the emulation): once wait() returns the future is done and
+      // value() has the outputs, as the CPU path's Work and torch's gloo give them;
+      // the watchdog's settle may not have come yet.
+      completeFuture();
+    }
     return true;
   }
   void synchronize() override { wait(); }
@@ -173,18 +180,38 @@ class StreamWork final : public c10d::Work {
     }
     keep.clear();  // here, unlocked: these may be the last references
     owned.reset();
-    if (future_->completed()) return;
-    if (error) {
-      future_->setError(error);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
-    }
+    completeFuture();
   }
 
  private:
   void rethrowIfFailed() {
     std::lock_guard<Mutex> lock(mutex_);
     if (error_) std::rethrow_exception(error_);
+  }
+
+  // Completes the future once, whoever comes first (settle() or a host wait()); a
+  // caller that comes second returns once the first has completed it. With no lock
+  // held: the callbacks run in the completing thread.
+  void completeFuture() {
+    checkNoLockHeld("completing a stream Work's future (its callbacks)");
+    std::exception_ptr error;
+    bool mine = false;
+    {
+      std::lock_guard<Mutex> lock(mutex_);
+      error = error_;
+      mine = !futureClaimed_;
+      futureClaimed_ = true;
+    }
+    if (!mine) {
+      future_->wait();
+      return;
+    }
+    if (future_->completed()) return;  // CUDA: completed for the device at launch
+    if (error) {
+      future_->setError(error);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
   }
 
   void hostWait(std::chrono::milliseconds timeout) {
@@ -240,6 +267,7 @@ class StreamWork final : public c10d::Work {
   mutable Mutex mutex_{"StreamWork::mutex_"};
   std::exception_ptr error_;
   bool succeeded_ = false;
+  bool futureClaimed_ = false;  // completeFuture() ran or runs
   std::vector<at::Tensor> keep_;
   std::shared_ptr<void> owned_;
 };
@@ -261,12 +289,21 @@ StreamPath::StreamPath(std::shared_ptr<StreamDevice> device,
 
 StreamPath::~StreamPath() {
   std::unique_lock<Mutex> lock(mutex_);
-  // shutdown: outstanding work may finish (the watchdog retires it), for a while.
-  const auto until = std::chrono::steady_clock::now() + kShutdownGrace;
-  while (!pending_.empty() && broken_.empty() && std::chrono::steady_clock::now() < until) {
+  // shutdown: outstanding work finishes (the watchdog retires it) while it moves,
+  // as on the CPU path and as ProcessGroupNCCL's shutdown flushes what was issued:
+  // the grace counts from the last work retired, not from the start, so a long queue
+  // of large collectives is not failed for being long.
+  size_t left = pending_.size();
+  auto lastMove = std::chrono::steady_clock::now();
+  while (!pending_.empty() && broken_.empty() &&
+         std::chrono::steady_clock::now() - lastMove < kShutdownGrace) {
     lock.unlock();
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
     lock.lock();
+    if (pending_.size() < left) {
+      left = pending_.size();
+      lastMove = std::chrono::steady_clock::now();
+    }
   }
   stopping_ = true;
   if (!pending_.empty() && broken_.empty()) {

@@ -33,8 +33,9 @@
 //    prints the error to stderr and ends the process, since a result the device
 //    may already be using is wrong; with =raise the next call on the group, or
 //    wait() on the failed Work, raises it.
-// Destruction lets outstanding work finish for up to kShutdownGrace, then finalizes
-// the device (bounded) or, after a failure, aborts it: it never waits on a dead peer.
+// Destruction lets outstanding work finish while it moves (kShutdownGrace from the
+// last work retired), then finalizes the device (bounded) or, after a failure, aborts
+// it: it never waits on a dead peer.
 #pragma once
 
 #include <chrono>
