@@ -1,4 +1,4 @@
-"""The soak (benchmarks/soak.py), briefly: a few rounds per transport of every call
+"""The soak (tests/soak/soak.py), briefly: a few rounds per transport of every call
 kind, completion mode and event, run as a user runs it (its command line, its JSON);
 any hang, crash, wrong result, unclear error or error without a cause fails. The
 harness's own tests are in test_soak_harness.py (run without the sanitizers)."""
@@ -13,7 +13,7 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOAK = os.path.join(ROOT, "benchmarks", "soak.py")
+SOAK = os.path.join(ROOT, "tests", "soak", "soak.py")
 
 
 def soak(tmp_path, *args, timeout=150):

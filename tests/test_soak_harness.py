@@ -1,4 +1,4 @@
-"""The soak harness itself (benchmarks/soak.py): an injected stall, wrong result and
+"""The soak harness itself (tests/soak/soak.py): an injected stall, wrong result and
 crash must each be counted and shown, and its references must be exact and its
 comparison see a misplaced block (a soak that cannot see them would pass anything).
 

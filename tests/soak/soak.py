@@ -1,9 +1,9 @@
 """Soak: ringcoll under what torch programs do to a backend, randomized, for as long
 as asked, with a watchdog that turns any stall into a failure with every stack.
 
-    python benchmarks/soak.py                                   # 2 minutes, four transports
-    python benchmarks/soak.py --ops 20000 --out benchmarks/results/soak-cpu.json
-    python benchmarks/soak.py --seed 7 --only-round 12          # one round of a run, again
+    python tests/soak/soak.py                                   # 2 minutes, four transports
+    python tests/soak/soak.py --ops 20000 --out benchmarks/results/soak-cpu.json
+    python tests/soak/soak.py --seed 7 --only-round 12          # one round of a run, again
 
 Each round starts a new world of ranks (real processes, 2-4 by default) on one
 transport (RINGCOLL_TRANSPORT=shm, gloo, stream and auto, round by round). Every rank
@@ -71,7 +71,9 @@ import traceback
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if __name__ == "__main__":  # run as a script: import tests.* from the root, not this folder
+    sys.path[0] = ROOT
 PYRING = os.path.join(ROOT, "examples", "pyring.py")
 
 
