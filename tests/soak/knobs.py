@@ -29,6 +29,7 @@ class Knobs:
     only_round: int | None = None  # run this round alone (a failure's rerun)
     out: str | None = None  # the JSON summary's path
     inject: tuple = ()  # tests of the harness itself: hang, wrong, crash, diverge (round 0)
+    strict: bool = False  # an open bug's divergence (judge.OPEN) fails the run too
 
 
 INJECTIONS = ("hang", "wrong", "crash", "diverge")
@@ -54,6 +55,8 @@ def parse_args(argv, description="") -> Knobs:
     ap.add_argument("--stall-s", type=float, default=d.stall_s)
     ap.add_argument("--only-round", type=int, default=None)
     ap.add_argument("--out", default=None, help="write the summary as JSON here")
+    ap.add_argument("--strict", action="store_true",
+                    help="fail on the open bugs docs/TESTS.md lists, too")
     ap.add_argument("--inject", default="", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     k = Knobs(ops=a.ops, seconds=a.seconds, seed=a.seed,
@@ -62,7 +65,7 @@ def parse_args(argv, description="") -> Knobs:
               max_bytes=a.max_bytes, events=a.events == "on", event_share=a.event_share,
               round_ops=a.round_ops, pg_timeout_s=a.pg_timeout_s, stall_s=a.stall_s,
               only_round=a.only_round, out=a.out,
-              inject=tuple(x for x in a.inject.split(",") if x))
+              inject=tuple(x for x in a.inject.split(",") if x), strict=a.strict)
     for t in k.transports:
         if t not in TRANSPORTS:
             ap.error(f"--transports: {t!r} is not one of {', '.join(TRANSPORTS)}")

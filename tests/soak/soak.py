@@ -65,11 +65,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if __name__ == "__main__":  # run as a script: import tests.* from the root, not this folder
     sys.path[0] = ROOT
 
-from tests.soak.judge import check_listed, judge  # noqa: E402
+from tests.soak.judge import agree, check_listed, judge  # noqa: E402
 from tests.soak.knobs import parse_args  # noqa: E402
 from tests.soak.plan import describe_plan, plan_round  # noqa: E402
-from tests.soak.report import (failures_of, machine, print_failure, print_summary,  # noqa: E402
-                               tally, versions)
+from tests.soak.report import (divergences, failures_of, machine, print_failure,  # noqa: E402
+                               print_summary, tally, versions)
 from tests.soak.world import run_world  # noqa: E402
 
 
@@ -84,27 +84,31 @@ def run_round(knobs, index: int, ctx, command: str) -> dict:
     if plan["judged"]:
         ref = run_world(knobs, plan, "gloo", None, ctx)
         rnd["runs"].append(ref)
+    first = None
     for transport in knobs.transports:
         run = run_world(knobs, plan, "ringcoll", transport, ctx)
         if ref is not None:
-            if failures_of(ref) or len(ref["ranks"]) < plan["p"]:
+            if failures_of(ref, knobs.strict) or len(ref["ranks"]) < plan["p"]:
                 run["no_judge"] = "the gloo run failed: nothing to compare with"
             else:
                 run["judge"] = judge(ref, run)
+                if first is None:
+                    first = run
+                else:
+                    run["agree"] = agree(first, run)
         rnd["runs"].append(run)
     return rnd
 
 
-def _print_round(rnd):
+def _print_round(rnd, strict):
     parts = [f"{'gloo' if r['backend'] == 'gloo' else r['transport']} {r['ops']} calls "
-             f"{r['seconds']} s" + (f" {r['judge']['divergences']} divergences"
-                                    if r.get("judge", {}).get("divergences") else "")
+             f"{r['seconds']} s" + (f" {divergences(r)} divergences" if divergences(r) else "")
              for r in rnd["runs"]]
-    bad = [r for r in rnd["runs"] if failures_of(r)]
+    bad = [r for r in rnd["runs"] if failures_of(r, strict)]
     print(f"round {rnd['round']}: {rnd['plan']}: {'; '.join(parts)}"
           f"{'  FAILED' if bad else ''}", flush=True)
     for run in bad:
-        print_failure(rnd, run)
+        print_failure(rnd, run, strict)
 
 
 def _strip(rnd):
@@ -141,13 +145,14 @@ def main(argv=None) -> int:
             break
         rnd = run_round(knobs, index, ctx, command)
         total_ops += sum(r["ops"] for r in rnd["runs"] if r["backend"] == "ringcoll")
-        _print_round(rnd)
+        _print_round(rnd, knobs.strict)
         rounds.append(_strip(rnd))
         index += 1
-    failed = [r for r in rounds if any(failures_of(run) for run in r["runs"])]
+    failed = [r for r in rounds if any(failures_of(run, knobs.strict) for run in r["runs"])]
     summary = {"command": command, "seed": knobs.seed, "knobs": asdict(knobs),
                "machine": mach, "versions": vers, "rounds": len(rounds),
-               "seconds": round(time.monotonic() - started, 1), "totals": tally(rounds),
+               "seconds": round(time.monotonic() - started, 1),
+               "totals": tally(rounds, knobs.strict),
                "failed_rounds": failed,
                "clear_error_samples": [s for r in rounds for run in r["runs"]
                                        for rep in run["ranks"].values()
