@@ -115,6 +115,18 @@ def test_the_judge_lists_its_rules_and_sees_what_none_explains(tmp_path):
     assert got["divergences"] == 0 and "future-where-gloo-has-none" in got["listed"], got
     bad = {**good, "future": [{"done": False, "value": ["float32[4]@out0"]}]}
     assert judge.judge(run({"k": rs}), run({"k": bad}))["divergences"] >= 1
+    # A call in flight at an abort may fail on one transport and complete on another
+    # (timing), never with a wrong value; elsewhere the transports must agree.
+    churn = {"call": "new_group([0, 1]) as churn3, then abort_inflight"}
+    failed = {"call": ok["call"], "kind": "all_reduce", "works": 1, "complete": "DistBackendError"}
+    first, other = run({"t0.s3": churn, "t0.s3.c1": failed}), run({"t0.s3": churn, "t0.s3.c1": ok})
+    for ref, x in ((first, other), (other, first)):
+        ref["transport"] = "shm"
+        assert judge.agree(ref, x)["divergences"] == 0
+    wrong = run({"t0.s3": churn, "t0.s3.c1": {**ok, "check": "differs"}})
+    assert judge.agree(first, wrong)["divergences"] >= 1
+    elsewhere = run({"t0.s4.c1": failed})
+    assert judge.agree({**run({"t0.s4.c1": ok}), "transport": "shm"}, elsewhere)["divergences"]
 
 
 def test_a_program_is_the_same_wherever_it_is_drawn():
