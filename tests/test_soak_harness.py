@@ -13,9 +13,8 @@ ASan's address space, takes longer than the harness gives it."""
 from __future__ import annotations
 
 import shutil
-import sys
 
-from tests.test_soak import SOAK, soak
+from tests.test_soak import soak
 
 
 def test_a_stall_is_a_hang_with_every_stack(tmp_path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import traceback
 
+from tests.soak.errors import PollTimeout, Stop
 from tests.soak.observe import attempt, future_state
 
 WAIT_INSIDE_SHARE = 0.3  # share of chains a rank runs inside one callback, waiting
@@ -23,14 +24,11 @@ WAIT_INSIDE_SHARE = 0.3  # share of chains a rank runs inside one callback, wait
 
 class Chain:
     def __init__(self, run, key, step):
-        from tests.soak.threads import Stop
-
         self.run, self.key, self.calls = run, key, step["calls"]
         self.inside = run.local.random() < WAIT_INSIDE_SHARE
         self.done = threading.Event()
         self.issued = []  # (key, Issued): the thread completes and checks them
         self.failed = None  # why the chain stopped early
-        self.Stop = Stop
 
     def start(self, k=0):
         """Issues call k and hangs the next one on its future (or, inside the first
@@ -64,14 +62,14 @@ class Chain:
         self.run.r.obs[ck]["then"] = saw(f, it)
         ok, _ = attempt(f.wait)
         if not ok:
-            raise self.Stop()
+            raise Stop()
 
     def guarded(self, fn, *args):
         """A callback's body: an error ends the chain; a harness bug is counted with its
         traceback, never lost on the backend's thread."""
         try:
             fn(*args)
-        except self.Stop:
+        except Stop:
             self.failed = "an error"
             self.done.set()
         except BaseException:  # noqa: BLE001 - a harness bug: counted, shown
@@ -112,8 +110,6 @@ def run_chain(run, key, step):
         torch.futures.collect_all([w.get_future() for w in it.works]).then(begin)
     limit = run.r.limit + 5 * len(step["calls"])
     if not chain.done.wait(limit):
-        from tests.soak.threads import PollTimeout
-
         run.error(key, "chain", PollTimeout(f"the chain did not end within {limit:.0f} s"))
     # The Works' wait() (never inside their own callbacks: gloo marks a Work's future
     # done, running its callbacks, before the Work itself, so that wait() would wait
@@ -123,7 +119,5 @@ def run_chain(run, key, step):
     for ck, cit in chain.issued:
         run.finish(ck, cit, "wait")
     if chain.failed:
-        from tests.soak.threads import Stop
-
         run.r.obs[key] = {"chain": f"ended by {chain.failed}"}
         raise Stop()

@@ -42,12 +42,12 @@ def end_group(how, pg):
         raise ValueError(f"soak: no way to end a group called {how!r}")
 
 
-def new_group(r, ranks, algo):
-    """new_group on the rank's backend (every rank calls it, members or not)."""
+def new_group(backend, ranks, algo, timeout_s):
+    """new_group on the run's backend (every rank calls it, members or not)."""
     import torch.distributed as dist
 
-    timeout = timedelta(seconds=r.plan["pg_timeout_s"])
-    if r.backend == "gloo":
+    timeout = timedelta(seconds=timeout_s)
+    if backend == "gloo":
         return dist.new_group(ranks, timeout=timeout, backend="gloo")
     import ringcoll
 
@@ -68,7 +68,7 @@ def run_churn(run, key, step):
     ranks, gk = step["ranks"], step["key"]
     o = r.obs[key] = {"call": f"new_group({ranks}) as {gk}, then {step['end']}"}
     try:
-        pg = new_group(r, ranks, step["algo"])
+        pg = new_group(r.backend, ranks, step["algo"], r.plan["pg_timeout_s"])
     except Exception as e:  # noqa: BLE001 - written down; stops the thread
         run.error(key, "new_group", e)
     member = r.rank in ranks

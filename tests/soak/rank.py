@@ -12,7 +12,10 @@ import time
 import traceback
 from datetime import timedelta
 
-from tests.soak.threads import Caller, Rank, Stats, Stop, ThreadRun, classify
+from tests.soak.churn import end_group, new_group
+from tests.soak.errors import Stop, classify
+from tests.soak.observe import attempt
+from tests.soak.threads import Caller, Rank, Stats, ThreadRun
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PYRING = os.path.join(ROOT, "examples", "pyring.py")
@@ -21,8 +24,6 @@ PYRING = os.path.join(ROOT, "examples", "pyring.py")
 def _event(plan, rank, groups, stats, done, log):
     """This rank's abort or destroy of a group, from its own thread, once this rank
     has issued the plan's number of calls (not after the round's threads are done)."""
-    from tests.soak.churn import end_group
-
     ev = plan["event"]
     while not stats.event_due.wait(0.05):
         if done.is_set():
@@ -48,8 +49,7 @@ def _redirect(tmp, rank):
     stacks = open(os.path.join(tmp, f"stacks{rank}.txt"), "w")
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)
     fatal = open(os.path.join(tmp, f"fatal{rank}.txt"), "w")
-    faulthandler.enable(file=fatal, all_threads=True)
-    return log, stacks, fatal  # (kept open for the process's life)
+    faulthandler.enable(file=fatal, all_threads=True)  # (faulthandler keeps its files)
 
 
 def _init_world(plan, rank, backend, transport, tmp):
@@ -78,16 +78,13 @@ def _make_groups(plan, rank, backend, stats):
     """The plan's groups, in its order: key -> (ranks, group or None, group rank)."""
     import torch.distributed as dist
 
-    from tests.soak.churn import new_group
-
     groups = {}
-    r = Rank(plan, rank, backend, {}, None, stats)
     for i, g in enumerate(plan["groups"]):
         if g["world"]:
             pg = dist.group.WORLD
         else:
             try:
-                pg = new_group(r, g["ranks"], g["algo"])
+                pg = new_group(backend, g["ranks"], g["algo"], plan["pg_timeout_s"])
             except Exception as e:  # noqa: BLE001 - counted; its thread skips it
                 stats.add("errors_unclear" if classify(e) == "unclear" else "errors_clear",
                           {"call": f"new_group {i} ({g['algo']}, ranks {g['ranks']})",
@@ -121,8 +118,6 @@ def _destroy_with_finals(r: Rank):
     for each: destroy completes what was issued before it (gloo does)."""
     import torch.distributed as dist
 
-    from tests.soak.observe import attempt
-
     final = Caller(r, "final")
     if dist.is_initialized():  # (_abort_process_group of the default group ends it)
         ok, got = attempt(dist.destroy_process_group)
@@ -136,7 +131,7 @@ def _destroy_with_finals(r: Rank):
 
 def rank_main(rank, plan, backend, transport, tmp, conn, beat, issued, reported):
     """One rank of one run (the module docstring)."""
-    _files = _redirect(tmp, rank)
+    _redirect(tmp, rank)
     import warnings
 
     import torch

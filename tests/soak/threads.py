@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import os
 import random
-import re
 import signal
 import threading
 import time
 import traceback
 from datetime import timedelta
 
-from tests.soak.calls import (FUTURE_KINDS, GLOO_NEVER_COMPLETED, P2P, FutureWork, issue,
-                              issue_invalid, issue_object)
+from tests.soak.calls import (FUTURE_KINDS, GLOO_NEVER_COMPLETED, P2P, FutureWork,
+                              gloo_refuses, issue, issue_invalid, issue_object)
+from tests.soak.chain import run_chain
+from tests.soak.churn import run_churn
+from tests.soak.errors import PollTimeout, Stop, classify
 from tests.soak.observe import attempt, etype, future_state, summarize, work_future, work_state
 from tests.soak.plan import thread_program
 
@@ -36,34 +38,6 @@ MODES = {"wait": 3, "reverse": 1, "shuffle": 1, "poll": 3, "poll_all": 1, "futur
 WAIT_INSIDE_SHARE = 0.3  # share of chains a rank runs inside one callback, waiting
 ERROR_SAMPLES = 20  # messages kept per kind of outcome and rank
 LATE_S = 10  # an error later than the group's timeout plus this, after its call, is late
-# A clear error: the call (ringcoll::<op> #<seq> (rank r of p)) and a cause that names
-# a peer, an abort or a shutdown; or c10d's own refusal of a group destroyed or aborted.
-CLEAR_CALL = re.compile(r"ringcoll::\w+ #\d+ \(rank \d+ of \d+\)")
-CLEAR_STOP = re.compile(r"abort\(\)|process group was (aborted|shut down)|destroy_process_group")
-CLEAR_GROUP = re.compile(r"(process group|group) (was |has been |is )?"
-                         r"(aborted|shut down|destroyed)|Invalid process group"
-                         r"|is not initialized in the world group map|is not registered",
-                         re.I)
-
-
-def classify(e: BaseException) -> str:
-    """"clear": the message names the call (op, sequence number, this rank) and a cause
-    (a peer other than this rank, abort(), a shutdown), or is c10d's refusal of a
-    group that was destroyed; else "unclear" ("transfers aborted", waiting for oneself)."""
-    text = str(e)
-    if CLEAR_GROUP.search(text):
-        return "clear"
-    call = CLEAR_CALL.search(text)
-    if not call:
-        return "unclear"
-    me = re.search(r"rank (\d+) of", call.group(0)).group(1)
-    rest = text[call.end():]
-    peers = {m for m in re.findall(r"rank (\d+)", rest)}
-    if peers - {me} or CLEAR_STOP.search(rest):
-        return "clear"
-    return "unclear"
-
-
 class Stats:
     """One rank's counts and samples; a lock only around the counters (never held
     across a call into torch)."""
@@ -90,14 +64,6 @@ class Stats:
             self.issued[self.rank] = issued  # the harness kills on it
             if self.event_at is not None and issued >= self.event_at:
                 self.event_due.set()
-
-
-class PollTimeout(Exception):
-    pass
-
-
-class Stop(Exception):
-    """Raised inside a step to end the thread's program (after an unplanned error)."""
 
 
 class Rank:
@@ -185,8 +151,6 @@ class Caller:
         """Issues `spec` (this rank is a member of its group): the Issued, or None where
         it raised (`planned`: the program expects it may) or the backend refuses it on
         purpose (gloo_refuses: not issued on gloo)."""
-        from tests.soak.calls import gloo_refuses
-
         pg, me, p = self.member(spec.group)
         o = self.r.obs[key] = {"call": spec.name(), "kind": spec.kind}
         if self.r.backend == "gloo" and gloo_refuses(spec):
@@ -452,13 +416,9 @@ class ThreadRun(Caller):
             self.r.stats.add("errors_planned")
 
     def step_chain(self, key, step):
-        from tests.soak.chain import run_chain
-
         run_chain(self, key, step)
 
     def step_churn(self, key, step):
-        from tests.soak.churn import run_churn
-
         run_churn(self, key, step)
 
 
