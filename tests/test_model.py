@@ -579,3 +579,18 @@ def test_calibrate_writes_an_untracked_file_unless_told():
         ignored = 0 if "/bench-out/" in (repo / ".gitignore").read_text().split() else 1
     assert ignored == 0, f"{default} is not git-ignored"
     assert calibration_path(parse_args(["--calibrate", "--model", tracked])) == tracked
+
+
+def test_measurements_take_an_algorithm_that_ringcoll_algo_modules_defines(monkeypatch):
+    """python -m ringcoll.model with a Python algorithm loaded (it crashed with
+    KeyError: ('knomial4', 'shm')): the spawned ranks import RINGCOLL_ALGO_MODULES
+    before they list the algorithms, and the Python one is measured beside the rest."""
+    from ringcoll.model import measure
+
+    pyring = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "pyring.py")
+    monkeypatch.setenv("RINGCOLL_ALGO_MODULES", pyring)
+    rows = measure.run([2], ["all_reduce"], [64], ["shm"], budget=0.01, runs=1, iters=1,
+                       warmup=1, verbose=False)
+    algos = {r["algo"] for r in rows}
+    assert "pyring" in algos and "ring" in algos, algos
+    assert all(r["time_s"] > 0 for r in rows), rows
