@@ -736,11 +736,15 @@ def main(argv=None) -> int:
     except ImportError as e:
         print(f"python -m ringcoll.check: {e}", file=sys.stderr)
         return 2
+    def log(line):  # flushed: a later FAILED line (stderr) comes after it, not amid it
+        print(line, flush=True)
+
     for algo in a.algos or list(_C.algorithms()):
         try:
-            n = check_all(algo, a.max_p, log=print)
+            n = check_all(algo, a.max_p, log=log)
         except (ScheduleError, ValueError, RuntimeError) as e:  # RuntimeError: AlgorithmError
-            print(f"FAILED: {e}", file=sys.stderr)
+            sys.stdout.flush()
+            print(f"FAILED: {e}", file=sys.stderr, flush=True)
             return 1
         names = ", ".join(torch_name(c) for c in _C.provides(algo))
         print(f"{algo} ({names}): {n} schedules proved, "

@@ -1105,6 +1105,23 @@ def _uneven(g, counts, rank):
     return _attempt(lambda: dist.all_to_all_single(y, x, recv, send, group=g))
 
 
+def test_the_checks_failed_line_comes_after_its_progress_lines():
+    """stdout and stderr into one pipe, stdout block-buffered (no PYTHONUNBUFFERED):
+    the progress lines come first, each whole, and the FAILED line last, on its own
+    (it came first, the progress lines after it at exit, or ran into one)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("RINGCOLL_") and k != "PYTHONUNBUFFERED"}
+    env["RINGCOLL_ALGO_MODULES"] = "tests.pyforward"
+    out = subprocess.run([sys.executable, "-m", "ringcoll.check", "pyforward", "--max-p", "4"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=240, env=env, cwd=REPO)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 1 and len(lines) >= 2, out.stdout
+    assert lines[-1].startswith("FAILED: pyforward all_to_all p=2"), out.stdout
+    assert all(re.fullmatch(r"pyforward: p = 1\.\.\d+ proved \(\d+ schedules\)", x)
+               for x in lines[:-1]), out.stdout
+
+
 def bruck_a2a_world(rank, p):
     """bruck_a2a against the exact exchange at equal splits of several sizes and
     dtypes; then uneven calls, refused on every rank: in one group every rank's own
