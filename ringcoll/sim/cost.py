@@ -109,10 +109,10 @@ def _price_batch(rows, g0, ng, st: Steps, topo: Topology, elem, canon, mult, bet
     # of the resources, and groups x resources would not fit (16384 x 35000)
     keys = np.where(crossed, g[:, None] * nres + canon[np.maximum(paths, 0)], -1)
     used, at = np.unique(keys[crossed], return_inverse=True)
-    w = (fb[:, None] * mult[canon[np.maximum(paths, 0)]] * beta_r[canon[np.maximum(paths, 0)]])
+    res = canon[np.maximum(paths, 0)]
+    seconds_on = fb[:, None] * mult[res] * beta_r[res]  # a flow's share of each drain
     carries = crossed & flow[:, None]  # the sender's side gives the flow, once
-    drain = np.bincount(at, np.where(carries, w, 0.0)[crossed], len(used))
-    busiest = np.zeros(len(rows))
+    drain = np.bincount(at, np.where(carries, seconds_on, 0.0)[crossed], len(used))
     ends = crossed & ~local[:, None]
     per = np.zeros(keys.shape)
     per[crossed] = drain[at]
