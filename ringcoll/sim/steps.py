@@ -8,16 +8,22 @@ for), for the representative ranks 0..L-1 (`period` L; every rank when L = p).
 
   * every rank (exact): ringcoll.model's table of all ranks' schedules, one group a
     step. Its size grows with ranks x steps (the ring at 16384 ranks: 1.1e9 rows),
-    so it is used up to FULL_ROWS rows.
-  * symmetry (above that): many schedules repeat with the rank: rank r's transfers
-    in each step are rank r mod S's moved by r - r mod S (peers, same kinds and
-    sizes), S = 1 for the ring and one-shot, a host's ranks for twolevel. The
-    simulator builds the schedules of ranks 0..S-1 alone, checks the claim on sampled
-    ranks (SAMPLED of them besides: the next period's first and last, the middle's,
-    the last rank's, each topology unit's first), groups the steps whose S ranks
-    move the same (kind, peer offset, size): the ring's 32766 steps at 16384 ranks
-    are two groups, one-shot's each its own. With the topology's period T
-    (Topology.period), ranks 0..lcm(S, T) - 1 stand for all.
+    so it is used up to FULL_ROWS rows, and for an algorithm written in Python (or
+    an all-to-all, whose counts take Python) only when building every rank's
+    schedule at rank 0's pace takes at most FULL_SECONDS (swing: 16384 x 57 ms).
+  * symmetry (otherwise): many schedules repeat with the rank: rank r's transfers in
+    each step are rank r mod S's moved by r - r mod S (peers, same kinds and sizes):
+    S = 1 for the ring, biring and twoshot, 2 for swing, a host's ranks for twolevel.
+    The simulator tries S = 1, 2, ... up to MAX_PERIOD (a divisor of p), refusing
+    one as soon as rank S differs from rank 0; it builds the schedules of ranks
+    0..S-1 and checks the claim on sampled ranks (up to SAMPLED + 3: the next
+    period's first and last, the middle's, the last ranks', each topology unit's
+    first), then groups the steps whose S ranks move the same (kind, peer offset,
+    size): the ring's 32766 steps at 16384 ranks are two groups, twoshot's 16384
+    each its own. With the topology's period T (Topology.period), ranks 0..lcm(S, T)
+    - 1 stand for all. rhd's and tree's partners depend on a rank's bits (no period;
+    their tables are small), one-shot's ranks each fold their own way (no period,
+    p^2 transfers: refused above FULL_ROWS).
 """
 
 from __future__ import annotations
@@ -71,11 +77,11 @@ def from_table(tr, header: bool) -> Steps:
                     rows[:, 5] - rows[:, 4]], axis=1)
     counts = np.ones(tr.steps + header, dtype=np.int64)
     if header:
-        out = np.concatenate([_header_rows(out, tr.p, tr.p, 1), out])
+        out = np.concatenate([_header_rows(out, tr.p, tr.p), out])
     return Steps(tr.p, tr.p, counts, out, tr.steps, "every rank's schedule")
 
 
-def _header_rows(rows: np.ndarray, p: int, period: int, groups: int) -> np.ndarray:
+def _header_rows(rows: np.ndarray, p: int, period: int) -> np.ndarray:
     """The fingerprint's step (group 0): each rank of 0..period-1 with each distinct
     peer it moves anything with and its ring neighbours, one row a peer."""
     moved = rows[rows[:, 3] < LOCAL_COPY]
@@ -184,7 +190,7 @@ def _grouped(topo: Topology, reps: list, s: int, checked: int) -> Steps:
                      np.repeat(e[:, 4], per)], axis=1)
     counts = np.array(([1] if header else []) + counts, dtype=np.int64)
     if header:
-        rows = np.concatenate([_header_rows(rows, p, period, len(counts)), rows])
+        rows = np.concatenate([_header_rows(rows, p, period), rows])
     how = (f"symmetry: rank r moves as rank r mod {s} does, moved by r - r mod {s} (checked "
            f"on {checked} ranks); {len(counts) - header} kinds of step, ranks 0..{period - 1} "
            f"priced for all {p}")
