@@ -668,6 +668,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
     return out;
   }, "The collectives an algorithm provides, by RINGCOLL_ALGO's names.");
+  m.def("gpu_default", &ringcoll::algo::gpuDefault, py::arg("p"),
+        "RINGCOLL_GPU_ALGO's value when neither it nor RINGCOLL_ALGO is set, for p ranks "
+        "(schedules/select.h): what CUDA tensors and the stream emulation run.");
   m.def("select", [](const std::string& value, const std::string& collective, size_t bytes) {
     const auto choice =
         ringcoll::algo::Selector(value).pick(collectiveNamed(collective, true), bytes,

@@ -62,6 +62,7 @@ import bisect
 import sys
 
 from . import _C
+from ._declared import equal_splits, sizes_text
 from ._modules import load_from_environment
 
 # torch's names, as the benchmark, the model and the simulator print them; c10d's
@@ -106,6 +107,35 @@ def alltoall_counts(p, n):
     when n + s < p)."""
     return [[(lambda b: b[1] - b[0])(block_range(n + s, p, d)) for d in range(p)]
             for s in range(p)]
+
+
+def equal_counts(p, m):
+    """The even all-to-all: every rank sends every rank m elements."""
+    return [[m] * p for _ in range(p)]
+
+
+def _alltoall_counts_for(algo, p, n, counts):
+    """The count matrix check() proves algo's all-to-all at, and what the refusal
+    says about where it came from. An algorithm that declares equal splits only
+    (ringcoll.schedules.Applies(equal_splits=True)) is proved at equal splits, n / p
+    to each rank, and given counts that are not equal is not applicable; any other at
+    `counts`, else at the uneven pattern alltoall_counts(p, n)."""
+    if equal_splits(algo, "all_to_all"):
+        if counts is None:
+            if n % p:
+                raise NotApplicable(f"algorithm '{algo}' declares all_to_all for equal splits "
+                                    f"only: n={n} elements a rank is not a multiple of p={p}")
+            return equal_counts(p, n // p), ""
+        if any(c != counts[0][0] for row in counts for c in row):
+            raise NotApplicable(f"algorithm '{algo}' declares all_to_all for equal splits "
+                                "only: these counts are not equal")
+        return counts, ""
+    if counts is not None:
+        return counts, ""
+    return alltoall_counts(p, n), (
+        f" (every rank's counts assumed: ringcoll.check's uneven pattern alltoall_counts({p}, "
+        f"{n}), rank s sending n + s elements; an algorithm right for equal splits only "
+        "declares it, Applies(equal_splits=True), and is proved at equal splits)")
 
 
 def schedules(algo, collective, p, n, root=0, order=None, counts=None, hosts=None):
@@ -530,16 +560,22 @@ def check(algo, collective, p, n, root=0, order=None, counts=None, hosts=None):
     why = refusal(algo, collective, p, n, root=root)
     if why:
         raise NotApplicable(why)
+    assumed = ""
     if collective == "all_to_all":
-        counts = counts or alltoall_counts(p, n)
+        counts, assumed = _alltoall_counts_for(algo, p, n, counts)
     where = f"{algo} {collective} p={p} n={n}" + (
         f" root={root}" if collective in ("broadcast", "reduce", "gather", "scatter") else "")
     if order:
         where += f" order={list(order)}"
     if hosts:
         where += f" hosts={list(hosts)}"
-    return check_schedules(schedules(algo, collective, p, n, root, order, counts, hosts),
-                           collective, p, n, root, where, counts)
+    try:
+        return check_schedules(schedules(algo, collective, p, n, root, order, counts, hosts),
+                               collective, p, n, root, where, counts)
+    except ScheduleError as e:
+        if not assumed:
+            raise
+        raise ScheduleError(f"{e}{assumed}") from None
 
 
 def check_schedules(scheds, collective, p, n, root=0, where="schedule", counts=None):
@@ -631,7 +667,8 @@ def uses_hosts(algo, collective) -> bool:
     declared = _C.applicability(algo, torch_name(collective))
     n = p * 5 * declared["count_multiple"]  # p blocks: every collective takes it
     root = (declared["roots"] or [0])[0]
-    counts = alltoall_counts(p, n) if torch_name(collective) == "all_to_all" else None
+    counts = (_alltoall_counts_for(algo, p, n, None)[0]
+              if torch_name(collective) == "all_to_all" else None)
     hosts = [r * 2 // p for r in range(p)]  # two hosts
     return (schedules(algo, collective, p, n, root, counts=counts) !=
             schedules(algo, collective, p, n, root, counts=counts, hosts=hosts))
@@ -664,7 +701,8 @@ def check_all(algo, max_p=64, log=None, skipped=None) -> int:
                 layouts += host_layouts(p)
             multiple = _C.applicability(algo, c)["count_multiple"]
             for n in _counts(p, multiple):
-                blocks = c in ("reduce_scatter", "all_gather", "gather", "scatter")
+                blocks = c in ("reduce_scatter", "all_gather", "gather", "scatter") or (
+                    c == "all_to_all" and equal_splits(algo, c))
                 if blocks and n % p or refusal(algo, c, p, n):
                     continue
                 for hosts in layouts:
@@ -680,21 +718,9 @@ def check_all(algo, max_p=64, log=None, skipped=None) -> int:
             log(f"{algo}: p = 1..{p} proved ({done} schedules)")
     if log:
         for c, ps in skipped.items():
-            log(f"{algo}: {c} skipped at p = {_spans(ps)}: "
+            log(f"{algo}: {c} skipped at p = {sizes_text(ps)}: "
                 f"{_C.applicability(algo, c)['declared']} (it declares)")
     return done
-
-
-def _spans(ps) -> str:
-    """[1, 2, 3, 5, 7, 8] -> '1-3, 5, 7-8'."""
-    out, start = [], None
-    for i, p in enumerate(ps):
-        if start is None:
-            start = p
-        if i + 1 == len(ps) or ps[i + 1] != p + 1:
-            out.append(f"{start}" if start == p else f"{start}-{p}")
-            start = None
-    return ", ".join(out)
 
 
 def main(argv=None) -> int:
@@ -710,11 +736,15 @@ def main(argv=None) -> int:
     except ImportError as e:
         print(f"python -m ringcoll.check: {e}", file=sys.stderr)
         return 2
+    def log(line):  # flushed: a later FAILED line (stderr) comes after it, not amid it
+        print(line, flush=True)
+
     for algo in a.algos or list(_C.algorithms()):
         try:
-            n = check_all(algo, a.max_p, log=print)
+            n = check_all(algo, a.max_p, log=log)
         except (ScheduleError, ValueError, RuntimeError) as e:  # RuntimeError: AlgorithmError
-            print(f"FAILED: {e}", file=sys.stderr)
+            sys.stdout.flush()
+            print(f"FAILED: {e}", file=sys.stderr, flush=True)
             return 1
         names = ", ".join(torch_name(c) for c in _C.provides(algo))
         print(f"{algo} ({names}): {n} schedules proved, "

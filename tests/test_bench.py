@@ -226,6 +226,21 @@ def test_tables_and_comparison_with_spread():
     assert "1.33-4.00" in table and "above 1, ringcoll is faster" in table.splitlines()[0]
 
 
+def test_the_ratio_heading_says_which_ringcoll_is_faster():
+    """A baseline that is another ringcoll algorithm (ringcoll+algo=pyring beside
+    --algo ring): above 1 is that algorithm being slower than the ring, which the
+    heading says, naming both (it said "above 1, ringcoll is faster")."""
+    rows = [dict(r, backend="ringcoll+algo=pyring", transport="auto") if r["backend"] == "gloo"
+            else r for r in _rows()]
+    head = report.comparison_table(rows, algo="ring").splitlines()[0]
+    assert "ratio = baseline time / ringcoll (ring) time" in head, head
+    assert "above 1, ringcoll (ring) is faster than the baseline" in head, head
+    assert "ringcoll+algo=pyring is ringcoll too: above 1, it is slower than ringcoll (ring)" \
+        in head, head
+    plain = report.comparison_table(_rows()).splitlines()[0]  # gloo: no such clause
+    assert "ringcoll too" not in plain and "above 1, ringcoll is faster" in plain, plain
+
+
 def test_graph_rows_are_compared_within_their_mode():
     """A graph-mode row (--graph) is its own table and is compared only with the
     baseline's graph row of the same point, never with an eager one."""

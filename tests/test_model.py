@@ -28,6 +28,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 import tempfile
 
 import numpy as np
@@ -147,7 +149,7 @@ def _walk(scheds, topo, collective, n, elem):
     header = 1 if topo.fingerprint and p > 1 else 0
     nsteps = max(len(s["steps"]) for s in scheds) + header
     cost = [[0.0] * p for _ in range(nsteps)]
-    cnt = [[[0, 0, 0] for _ in range(p)] for _ in range(nsteps)]
+    cnt = [[[0, 0, 0, 0] for _ in range(p)] for _ in range(nsteps)]  # msgs, bytes, reduced, copied
 
     def pay(s, r, peer, nb, reduce):
         link = topo.intra if r // topo.per_host == peer // topo.per_host else topo.inter
@@ -161,10 +163,13 @@ def _walk(scheds, topo, collective, n, elem):
         peers = set()
         for s, step in enumerate(sched["steps"]):
             for kind, peer, b, e in step["transfers"]:
-                if b < e and peer == r:  # local: no message; a local reduce pays gamma
-                    if kind == "recv_reduce":
+                if b < e and peer == r:  # local: no message; a local reduce pays gamma,
+                    if kind == "recv_reduce":  # a local copy `copy`
                         cost[s + header][r] += (e - b) * elem * topo.gamma
                         cnt[s + header][r][2] += (e - b) * elem
+                    elif kind == "recv_copy":
+                        cost[s + header][r] += (e - b) * elem * topo.copy
+                        cnt[s + header][r][3] += (e - b) * elem
                 elif b < e:
                     peers.add(peer)
                     pay(s + header, r, peer, (e - b) * elem, kind == "recv_reduce")
@@ -181,17 +186,18 @@ def _walk(scheds, topo, collective, n, elem):
                 ranks = range(h * topo.per_host, (h + 1) * topo.per_host)
                 spread = sum(cost[s][q] for q in ranks) / cores
                 if spread > t:
-                    t, row = spread, [sum(cnt[s][q][i] for q in ranks) / cores for i in range(3)]
+                    t, row = spread, [sum(cnt[s][q][i] for q in ranks) / cores for i in range(4)]
         moves = any(cnt[s][q][0] for q in range(p))
         total += t + moves * topo.step
         crit = [crit[0], crit[1] + row[0], crit[2] + row[1], crit[3] + row[2],
-                crit[4] + (row[0] if crowded else 0), 0, crit[6] + moves]
+                crit[4] + (row[0] if crowded else 0), crit[5] + row[3], crit[6] + moves]
     if p > 1:  # staging: each rank's copies (by hand in test_staging_copies_by_hand)
-        copied = model.staging_bytes(collective, p, n, elem).tolist()
+        copied, staged = model.staging_bytes(collective, p, n, elem).tolist(), 0
         for h in range(topo.hosts):
             mine = copied[h * topo.per_host:(h + 1) * topo.per_host]
-            crit[5] = max(crit[5], max(mine), sum(mine) / cores if crowded else 0)
-        total += crit[5] * topo.copy
+            staged = max(staged, max(mine), sum(mine) / cores if crowded else 0)
+        crit[5] += staged
+        total += staged * topo.copy
     return total, crit
 
 
@@ -579,3 +585,209 @@ def test_calibrate_writes_an_untracked_file_unless_told():
         ignored = 0 if "/bench-out/" in (repo / ".gitignore").read_text().split() else 1
     assert ignored == 0, f"{default} is not git-ignored"
     assert calibration_path(parse_args(["--calibrate", "--model", tracked])) == tracked
+
+
+def test_measurements_take_an_algorithm_that_ringcoll_algo_modules_defines(monkeypatch):
+    """python -m ringcoll.model with a Python algorithm loaded (it crashed with
+    KeyError: ('knomial4', 'shm')): the spawned ranks import RINGCOLL_ALGO_MODULES
+    before they list the algorithms, and the Python one is measured beside the rest."""
+    from ringcoll.model import measure
+
+    pyring = os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "pyring.py")
+    monkeypatch.setenv("RINGCOLL_ALGO_MODULES", pyring)
+    rows = measure.run([2], ["all_reduce"], [64], ["shm"], budget=0.01, runs=1, iters=1,
+                       warmup=1, verbose=False)
+    algos = {r["algo"] for r in rows}
+    assert "pyring" in algos and "ring" in algos, algos
+    assert all(r["time_s"] > 0 for r in rows), rows
+
+
+# --------------------------------------------------------------------------------
+# the simulator's topology, ports, sharing, copies and scale (ringcoll/sim)
+
+
+def _one_step(p, pairs, n):
+    """Schedules as data of one step: each (src, dst) in pairs sends [0, n) to dst,
+    which receives it into [0, n) (not a collective: priced only, verify=False)."""
+    scheds = [{"name": "flows", "result": (0, n), "scratch": 0,
+               "steps": [{"transfers": [], "reduced": []}]} for _ in range(p)]
+    for a, b in pairs:
+        scheds[a]["steps"][0]["transfers"].append(("send", b, 0, n))
+        scheds[b]["steps"][0]["transfers"].append(("recv_copy", a, 0, n))
+    return scheds
+
+
+def _bare(hosts, per_host, beta=1e-9, **kw):
+    """A topology whose messages cost their bytes alone: no alpha, header, compute."""
+    link = sim.Link(0.0, beta)
+    return sim.Topology(hosts, per_host, sim.Link(0.0, 1e-12), link, fingerprint=False, **kw)
+
+
+def test_k_flows_through_one_nic_take_k_times_one_flows_time():
+    """The sharing case known by hand: k ranks of one host each send n bytes to a rank
+    of another host. A NIC per host carries all k flows (k times one flow's time); a
+    NIC per rank, one each (one flow's time); an oversubscribed leaf uplink divides
+    what crosses it."""
+    k, n, beta = 4, 1 << 20, 1e-9
+    pairs = [(r, k + r) for r in range(k)]  # host 0's ranks to host 1's
+    one = sim.simulate_schedules(_one_step(2 * k, pairs[:1], n), "all_reduce",
+                                 _bare(2, k, nic="host"), n, "float32", verify=False).seconds
+    assert one == pytest.approx(4 * n * beta, rel=1e-12)  # 4-byte elements
+    shared = sim.simulate_schedules(_one_step(2 * k, pairs, n), "all_reduce",
+                                    _bare(2, k, nic="host"), n, "float32", verify=False).seconds
+    assert shared == pytest.approx(k * one, rel=1e-12)
+    own = sim.simulate_schedules(_one_step(2 * k, pairs, n), "all_reduce",
+                                 _bare(2, k, nic="rank"), n, "float32", verify=False).seconds
+    assert own == pytest.approx(one, rel=1e-12)
+    # four hosts of one rank, two a leaf, oversubscribed 2:1: the leaf's uplink is one
+    # NIC's speed (2 NICs / 2), so the two flows from leaf 0 to leaf 1 share it
+    leafy = _bare(4, 1, nic="host", hosts_per_leaf=2, oversubscription=2.0)
+    across = sim.simulate_schedules(_one_step(4, [(0, 2), (1, 3)], n), "all_reduce", leafy, n,
+                                    "float32", verify=False).seconds
+    within = sim.simulate_schedules(_one_step(4, [(0, 1), (2, 3)], n), "all_reduce", leafy, n,
+                                    "float32", verify=False).seconds
+    assert within == pytest.approx(one, rel=1e-12) and across == pytest.approx(2 * one,
+                                                                                rel=1e-12)
+
+
+def test_ports_let_a_rank_move_messages_at_once():
+    """One rank sends n bytes to each of 3 ranks on other hosts: one port pays the three
+    one after another, three ports pay one (its NIC per rank then carries all three:
+    the NIC, not the ports, bounds it; with a faster NIC the ports do)."""
+    n, beta = 1 << 16, 1e-9
+    scheds = _one_step(4, [(0, 1), (0, 2), (0, 3)], n)
+    t = {ports: sim.simulate_schedules(scheds, "all_reduce", _bare(4, 1, ports=ports), n,
+                                       "float32", verify=False).seconds for ports in (1, 3)}
+    one = 4 * n * beta
+    assert t[1] == pytest.approx(3 * one, rel=1e-12)
+    assert t[3] == pytest.approx(3 * one, rel=1e-12)  # one NIC drains the three
+    fast = dict(intra=sim.Link(0.0, 1e-12), inter=sim.Link(1e-6, beta), fingerprint=False)
+    alone = sim.Topology(4, 1, ports=3, **fast)
+    got = sim.simulate_schedules(scheds, "all_reduce", alone, n, "float32",
+                                 verify=False).seconds
+    # alpha overlaps across the three ports; the NIC still drains 3n bytes
+    assert got == pytest.approx(1e-6 * 1 + 3 * one, rel=1e-12)
+    single = sim.simulate_schedules(scheds, "all_reduce", dataclasses.replace(alone, ports=1),
+                                    n, "float32", verify=False).seconds
+    assert single == pytest.approx(3 * (1e-6 + one), rel=1e-12)
+
+
+def test_local_copies_are_charged():
+    """Bruck's all-to-all packs and unpacks what it forwards with local copies (a send to
+    itself and its receive): at p = 2 each rank copies its one block out and the
+    arriving one in, 2 m elements, which cost `copy` a byte (they were free)."""
+    schedules.load_modules(os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples",
+                                        "bruck_alltoall.py"))
+    link = sim.Link(1e-6, 1e-10)
+    topo = sim.Topology(1, 2, link, link, fingerprint=False)
+    nbytes = 1 << 16  # what a rank sends: m = nbytes / 4 / 2 elements a block
+    free = sim.simulate("bruck_a2a", "all_to_all", topo, nbytes)
+    paid = sim.simulate("bruck_a2a", "all_to_all", dataclasses.replace(topo, copy=1e-9), nbytes)
+    m = nbytes // 4 // 2
+    staged = m * 4  # the job's copy of the own block
+    assert paid.counts[5] == 2 * m * 4 + staged, paid.counts
+    assert paid.seconds - free.seconds == pytest.approx((2 * m * 4 + staged) * 1e-9, rel=1e-9)
+
+
+def test_symmetry_reads_what_every_rank_reads():
+    """Large worlds are read one period of ranks at a time (ringcoll/sim/steps.py): on
+    worlds small enough to read whole, the two readings price every algorithm the
+    same on topologies with leaves and spines, a NIC per host, ports, cyclic
+    placement, a shared bus and crowded cores."""
+    from ringcoll.sim import steps
+
+    base = sim.default_topology(hosts=8, per_host=4, step=5e-7, overhead=3e-6)
+    topos = [base,
+             dataclasses.replace(base, hosts_per_leaf=2, leaves_per_spine=2,
+                                 oversubscription=2.0, spine=sim.Link(3e-5, 1.2e-10),
+                                 core=sim.Link(4e-5, 1.5e-10)),
+             dataclasses.replace(base, nic="host", hosts_per_leaf=4, oversubscription=4.0,
+                                 ports=2),
+             dataclasses.replace(base, placement="cyclic", hosts_per_leaf=2, bus=2e-11),
+             dataclasses.replace(base, cores=2, wake=1e-6, nic="host")]
+    read = 0
+    for topo in topos:
+        for algo in ("ring", "biring", "twoshot", "swing", "twolevel"):
+            for nbytes in (1 << 10, 1 << 20):
+                n = model.elements("all_reduce", nbytes, topo.p, 4)
+                whole = sim._simulate(steps.every_rank(algo, "all_reduce", topo, n),
+                                      "all_reduce", topo, n, "float32", "")
+                by = steps.symmetric(algo, "all_reduce", topo, n)
+                assert by is not None, (algo, topo)
+                got = sim._simulate(by, "all_reduce", topo, n, "float32", "")
+                assert got.seconds == pytest.approx(whole.seconds, rel=1e-12), (algo, topo)
+                assert got.counts.tolist() == pytest.approx(whole.counts.tolist(), rel=1e-12)
+                read += 1
+    assert read == 50
+    # rhd's partner depends on the rank's bits: no period, read whole
+    assert steps.symmetric("rhd", "all_reduce", base, 1 << 10) is None
+
+
+def test_topology_from_a_file_and_flags(tmp_path):
+    spec = {"hosts": 8, "per_host": 4, "hosts_per_leaf": 2, "leaves_per_spine": 2,
+            "oversubscription": 2, "nic": "host", "ports": 2,
+            "levels": {"leaf": {"alpha": 5e-6, "beta": 4e-11},
+                       "spine": {"alpha": 7e-6, "beta": 4e-11}}}
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(spec))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "ringcoll.sim", "--topology", str(path), "--algo", "ring",
+         "--size", "1M", "--beta", "core=8e-11", "--copy", "2e-10"],
+        capture_output=True, text=True, timeout=240, env=env,
+        cwd=os.path.dirname(os.path.dirname(__file__)))
+    assert out.returncode == 0, out.stderr
+    topo = sim.default_topology(hosts=8, per_host=4, hosts_per_leaf=2, leaves_per_spine=2,
+                                oversubscription=2.0, nic="host", ports=2,
+                                inter=sim.Link(5e-6, 4e-11), spine=sim.Link(7e-6, 4e-11),
+                                core=sim.Link(7e-6, 8e-11), copy=2e-10)
+    want = sim.simulate("ring", "all_reduce", topo, 1 << 20).seconds
+    assert (f"ring all_reduce 1048576 B on 8 x 4, 2 hosts a leaf, 2 leaves a spine, "
+            f"oversubscribed 2:1, a NIC per host, 2 ports: {want * 1e6:.1f} us") in out.stdout, \
+        out.stdout
+    path.write_text(json.dumps({**spec, "nics": "host"}))
+    out = subprocess.run(
+        [sys.executable, "-m", "ringcoll.sim", "--topology", str(path), "--algo", "ring"],
+        capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 2 and "unknown keys nics" in out.stderr, out.stderr
+
+
+_SCALE = """
+import json, resource, sys, time
+from ringcoll import _modules, sim
+from ringcoll.sim import steps
+_modules.load_from_environment()
+topo = sim.default_topology(hosts=2048, per_host=8)
+out = {}
+for algo in sys.argv[1:]:
+    t0 = time.perf_counter()
+    try:
+        r = sim.simulate(algo, "all_reduce", topo, 64 << 20)
+        out[algo] = [time.perf_counter() - t0, r.seconds, r.how]
+    except steps.TooLarge as e:
+        out[algo] = [time.perf_counter() - t0, None, str(e)]
+out["rss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps(out))
+"""
+
+
+def test_16384_ranks_in_seconds_for_the_shipped_all_reduces_and_a_python_one():
+    """2048 hosts x 8, a 64 MiB all-reduce: every shipped all-reduce but one-shot (no
+    symmetry, 5.4e8 transfers: refused, saying why) and examples/pyring.py within
+    10 s each and 2 GB in all (they took 3 s and 0.25 GB at 128 ranks, and ran out of
+    6 GB at 16384)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
+    env["RINGCOLL_ALGO_MODULES"] = os.path.join(os.path.dirname(os.path.dirname(__file__)),
+                                                "examples", "pyring.py")
+    algos = ["ring", "rhd", "tree", "twoshot", "biring", "swing", "twolevel", "pyring",
+             "oneshot"]
+    out = subprocess.run([sys.executable, "-c", _SCALE, *algos], capture_output=True,
+                         text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["rss_kb"] < 2 << 20, got["rss_kb"]
+    for algo in algos[:-1]:
+        elapsed, seconds, how = got[algo]
+        assert seconds and elapsed < 10, (algo, got[algo])
+    assert got["ring"][1] == got["pyring"][1] and "symmetry" in got["ring"][2]
+    assert got["oneshot"][1] is None and "no period of its ranks" in got["oneshot"][2]

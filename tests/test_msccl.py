@@ -251,6 +251,28 @@ def test_export_names_what_it_cannot_write():
         msccl.export("rt_p2p4", "all_reduce", 3)
 
 
+def test_an_exported_program_imports_under_the_name_it_was_written_with(tmp_path):
+    """export then import keeps the name (the import renamed 'ringcoll ring all_reduce
+    p=4' to 'ringcoll_ring_all_reduce_p_4'); a name RINGCOLL_ALGO could not take is
+    refused at export, and a file that carries one is renamed saying so."""
+    text = msccl.export("ring", "all_reduce", 4)
+    assert msccl.parse(text).name == "ring_all_reduce_p4"
+    assert msccl.load(None, text=text) == "ring_all_reduce_p4"
+    assert "ring_all_reduce_p4" in _C.algorithms()
+    assert msccl.load(None, text=msccl.export("ring", "all_reduce", 4, name="rt_named")) == \
+        "rt_named"
+    with pytest.raises(MSCCLError, match="name 'my ring': an imported file's algorithm"):
+        msccl.export("ring", "all_reduce", 4, name="my ring")
+    odd = tmp_path / "odd.xml"
+    odd.write_text(text.replace('name="ring_all_reduce_p4"', 'name="rt odd name"'))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
+    got = subprocess.run([sys.executable, "-m", "ringcoll.msccl", "import", str(odd)],
+                         capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    assert got.returncode == 0, got.stderr
+    assert got.stdout.startswith("rt_odd_name (the file names it 'rt odd name', which "
+                                 "RINGCOLL_ALGO cannot name): all_reduce for 4 gpus"), got.stdout
+
+
 def _ring(prm):
     """The built-in ring's all-reduce as a Python algorithm's schedule."""
     from ringcoll.schedules import Schedule, Transfer

@@ -1007,7 +1007,8 @@ def test_bench_runs_a_python_algorithm_beside_the_built_in(tmp_path, capsys, mon
                 "--plot", str(tmp_path / "b.png")])
     assert rc == 0
     out = capsys.readouterr().out
-    assert "ringcoll+algo=pyring" in out and "above 1, ringcoll is faster" in out, out
+    assert "ringcoll+algo=pyring is ringcoll too: above 1, it is slower than ringcoll (ring)" \
+        in out, out
     rows = json.loads((tmp_path / "b.json").read_text())["results"]
     assert {r["backend"] for r in rows} == {"ringcoll", "ringcoll+algo=pyring"}
     assert all(r[k]["wrong"] == 0 for r in rows for k in ("oop", "ip") if r[k])
@@ -1029,3 +1030,182 @@ def test_shipped_algorithms_simulated_at_1024_ranks(algo, collective):
     assert r.seconds > 0 and "p=64" in r.checked and "8 ranks a host" in r.checked, r
     steps = {"swing": 20, "bruck": 10, "twolevel": 2 * 7 + 2 * 127}[algo]
     assert r.steps == steps, r
+
+
+# --------------------------------------------------------------------------------
+# all-to-all that forwards blocks: equal splits only (examples/bruck_alltoall.py)
+
+BRUCK_A2A = str(REPO / "examples" / "bruck_alltoall.py")
+
+
+def _bruck_a2a():
+    """examples/bruck_alltoall.py, imported (bruck_a2a is registered: it is correct)."""
+    schedules.load_modules(BRUCK_A2A)
+    return sys.modules["bruck_alltoall"]
+
+
+def _equal(p, m):
+    return [[m] * p for _ in range(p)]
+
+
+def test_a_forwarding_all_to_all_declaring_equal_splits_is_proved_at_the_calls_counts():
+    _bruck_a2a()
+    bruck = schedules._DEFINED["bruck_a2a"]
+    for p in range(1, 9):
+        for m in (0, 1, 3):
+            digests = {_prepare(bruck, "all_to_all", r, p, 2 * p * m, counts=_equal(p, m))[1]
+                       for r in range(p)}
+            assert len(digests) == 1 and 0 not in digests, (p, m)
+    # ceil(log2 p) messages a rank: one exchange step a round
+    for p in (2, 3, 4, 5, 8):
+        for r, sched in enumerate(check.schedules("bruck_a2a", "all_to_all", p, 0,
+                                                  counts=_equal(p, 2))):
+            peers = [t[1] for st in sched["steps"] for t in st["transfers"] if t[1] != r]
+            assert len(peers) == 2 * (p - 1).bit_length(), (p, r, peers)
+    assert check.check_all("bruck_a2a", max_p=12) > 0
+    # the checker proves it at equal splits and refuses other counts
+    with pytest.raises(check.NotApplicable, match="declares all_to_all for equal splits only"):
+        check.check("bruck_a2a", "all_to_all", 3, 6, counts=[[1, 2, 3]] * 3)
+
+
+def test_a_rank_whose_splits_are_not_equal_is_refused_naming_its_counts():
+    _bruck_a2a()
+    with pytest.raises(AlgorithmError) as err:
+        _prepare(schedules._DEFINED["bruck_a2a"], "all_to_all", 1, 3, 0,
+                 counts=[[1, 1, 1], [2, 1, 0], [1, 1, 1]])
+    assert "algorithm 'bruck_a2a' all_to_all for rank 1 (p=3): it declares equal splits " \
+           "only, but this rank sends [2, 1, 0] and receives [1, 1, 1] elements" in \
+           str(err.value), err.value
+    with pytest.raises(ValueError, match="equal_splits is all_to_all's declaration"):
+        register("pyequal", "all_reduce", applies=schedules.Applies(equal_splits=True))
+
+
+def test_a_refusal_says_which_ranks_schedules_were_built_from_assumed_counts():
+    """The same Bruck without its declaration: refused for the counts invented for the
+    other ranks, and the message says those counts were assumed, and what to declare."""
+    mod = _bruck_a2a()
+    plain = _definition("pyforward", mod.all_to_all, "all_to_all")
+    with pytest.raises(AlgorithmError) as err:
+        _prepare(plain, "all_to_all", 0, 4, 8, counts=_equal(4, 1))
+    msg = str(err.value)
+    assert "algorithm 'pyforward' all_to_all p=4" in msg, msg
+    assert "rank 0's counts are this call's, and the schedules of ranks 1-3 were built from " \
+           "assumed counts, ringcoll.check's uneven pattern alltoall_counts(4, 5)" in msg, msg
+    assert "Applies(equal_splits=True)" in msg, msg
+    out = _tool(["ringcoll.check", "pyforward", "--max-p", "4"], modules="tests.pyforward")
+    assert out.returncode == 1, out.stdout
+    assert "every rank's counts assumed: ringcoll.check's uneven pattern" in out.stderr, \
+        out.stderr
+
+
+def _uneven(g, counts, rank):
+    """all_to_all_single of counts[s][d] elements from s to d, on group g."""
+    send, recv = counts[rank], [row[rank] for row in counts]
+    x, y = torch.zeros(sum(send)), torch.zeros(sum(recv))
+    return _attempt(lambda: dist.all_to_all_single(y, x, recv, send, group=g))
+
+
+def test_the_checks_failed_line_comes_after_its_progress_lines():
+    """stdout and stderr into one pipe, stdout block-buffered (no PYTHONUNBUFFERED):
+    the progress lines come first, each whole, and the FAILED line last, on its own
+    (it came first, the progress lines after it at exit, or ran into one)."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("RINGCOLL_") and k != "PYTHONUNBUFFERED"}
+    env["RINGCOLL_ALGO_MODULES"] = "tests.pyforward"
+    out = subprocess.run([sys.executable, "-m", "ringcoll.check", "pyforward", "--max-p", "4"],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=240, env=env, cwd=REPO)
+    lines = out.stdout.splitlines()
+    assert out.returncode == 1 and len(lines) >= 2, out.stdout
+    assert lines[-1].startswith("FAILED: pyforward all_to_all p=2"), out.stdout
+    assert all(re.fullmatch(r"pyforward: p = 1\.\.\d+ proved \(\d+ schedules\)", x)
+               for x in lines[:-1]), out.stdout
+
+
+def bruck_a2a_world(rank, p):
+    """bruck_a2a against the exact exchange at equal splits of several sizes and
+    dtypes; then uneven calls, refused on every rank: in one group every rank's own
+    splits are uneven (each refuses its own), in the other only ranks 1 and 2's (rank
+    0 and the others learn why through the store, not at their timeout)."""
+    failures = []
+    opts = ringcoll.Options(algo="alltoall=bruck_a2a")
+    g = dist.new_group(backend="ringcoll", timeout=timedelta(seconds=30), pg_options=opts)
+    for m, dtype in ((1, torch.float32), (5, torch.int64), (1000, torch.float32),
+                     (300_000, torch.bfloat16)):
+        # element i of the block for rank d: a code of (source, destination, i % 7),
+        # below 256 for p <= 4, so exact in every dtype (bfloat16 too)
+        x = torch.cat([torch.arange(m) % 7 + 8 * d + 32 * rank for d in range(p)])
+        y = torch.full((p * m,), -1, dtype=dtype)
+        dist.all_to_all_single(y, x.to(dtype), group=g)
+        want = torch.cat([torch.arange(m) % 7 + 8 * rank + 32 * s for s in range(p)])
+        if not torch.equal(y, want.to(dtype)):
+            bad = (y != want.to(dtype)).nonzero()[:3].flatten().tolist()
+            failures.append(f"m={m} {dtype}: wrong at {bad}")
+    everyone = dist.new_group(backend="ringcoll", timeout=timedelta(seconds=30),
+                              pg_options=opts)
+    skewed = [[(s + d) % p for d in range(p)] for s in range(p)]
+    some = [[1] * p for _ in range(p)]
+    some[1][2], some[2][1] = 2, 0
+    for name, group, counts in (("every rank uneven", everyone, skewed),
+                                ("ranks 1 and 2 uneven", g, some)):
+        msg, _, elapsed = _uneven(group, counts, rank)
+        if "it declares equal splits only" not in msg or elapsed > 10:
+            failures.append(f"{name}: {msg!r} after {elapsed:.1f} s")
+    return failures
+
+
+@pytest.mark.parametrize("world_size, transport", [(3, "shm"), (4, "shm"), (3, "gloo"),
+                                                   (4, "stream")])
+def test_bruck_all_to_all_runs_exact_on_every_transport(world_size, transport):
+    # Needs an extension built with the all-to-all job's scratch (csrc/engine/
+    # collectives/alltoall.cc): without it every call fails with "elements [..) of
+    # step 0 are not within one region".
+    mp.run_checks(world_size, bruck_a2a_world, timeout=300, transport=transport,
+                  env={**_env(transport), "RINGCOLL_ALGO_MODULES": BRUCK_A2A})
+
+
+# --------------------------------------------------------------------------------
+# world sizes as ranges or a predicate, described in a few words
+
+
+def _composite(p):
+    """composite p up to 4096"""
+    return 3 < p <= 4096 and any(p % k == 0 for k in range(2, int(p ** 0.5) + 1))
+
+
+def test_world_sizes_as_ranges_or_a_predicate_are_described_in_a_few_words():
+    from ringcoll.schedules import Applies
+
+    assert Applies(world_sizes=range(2, 65537)).describe() == "world sizes 2-65536"
+    assert Applies(world_sizes=[range(2, 9), 16, range(32, 65)]).world_sizes == \
+        tuple(range(2, 9)) + (16,) + tuple(range(32, 65))
+    assert Applies(world_sizes=_composite).describe() == \
+        "world sizes composite p up to 4096: 4, 6, 8-10, 12, ..., 4094-4096 (3,531 sizes)"
+    assert Applies(world_sizes=lambda p: p % 2 == 0).describe().startswith(
+        "world sizes where a predicate holds: 2, 4, 6, 8, ..., 65536 (32,768 sizes)")
+    with pytest.raises(ValueError, match=r"predicate 'where _boom\(p\)' raised ZeroDivisionError"):
+        Applies(world_sizes=_boom)
+    # registered: the extension refuses by the served sizes, and says so in a line
+    register("pycomposite", "all_reduce", applies=Applies(world_sizes=_composite))(
+        pyring.all_reduce)
+    register("pywide", "all_reduce", applies=Applies(world_sizes=range(2, 65537)))(
+        pyring.all_reduce)
+    assert not check.refusal("pycomposite", "all_reduce", 4096)
+    why = check.refusal("pycomposite", "all_reduce", 4099)  # a prime
+    assert why == ("algorithm 'pycomposite' does not apply to all_reduce at p=4099: p=4099 "
+                   "is not among its world sizes (pycomposite declares for all_reduce: world "
+                   "sizes composite p up to 4096: 4, 6, 8-10, 12, ..., 4094-4096 (3,531 "
+                   "sizes))"), why
+    assert check.refusal("pywide", "all_reduce", 1) == (
+        "algorithm 'pywide' does not apply to all_reduce at p=1: p=1 is not among its world "
+        "sizes (pywide declares for all_reduce: world sizes 2-65536)")
+    skipped = []
+    check.check_all("pycomposite", max_p=40, log=skipped.append)
+    line = next(x for x in skipped if "skipped" in x)
+    assert line == ("pycomposite: all_reduce skipped at p = 1-3, 5, 7, 11, ..., 37 (13 sizes): "
+                    "world sizes composite p up to 4096: 4, 6, 8-10, 12, ..., 4094-4096 "
+                    "(3,531 sizes) (it declares)"), line
+
+
+def _boom(p):
+    return 1 // 0

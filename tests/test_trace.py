@@ -218,3 +218,36 @@ def test_trace_knob_is_validated(tmp_path):
     assert "RINGCOLL_TRACE=" + str(tmp_path) in _C.knobs(
         ringcoll.Options(trace=str(tmp_path)).overrides())
     assert _C.knobs({}).endswith("RINGCOLL_TRACE=")  # off by default
+
+
+def _bandwidth_bound_trace():
+    """Two ranks, one all-reduce, made up: every receive arrived before its rank wanted
+    it (no rank waited for a peer), and rank 1 finished last, having spent its time
+    reducing (from when it wanted the bytes, which were there: 10-400 and 600-900 us)
+    while its sends were in flight (100-300 us, two at once, and 600-700 us)."""
+    def op(rank, kind, peer, step, index, want, post, arrive, done):
+        return rtrace.Op(rank, 1, kind, peer, step, 0, index, 0, 1, 4, False, want, post,
+                         arrive, done)
+
+    ops = [op(1, "recv_reduce", 0, 0, 0, 10.0, 0.0, 0.0, 400.0),
+           op(1, "recv_reduce", 0, 1, 1, 600.0, 450.0, 500.0, 900.0),
+           op(1, "send", 0, 0, 0, None, 100.0, None, 300.0),
+           op(1, "send", 0, 0, 1, None, 150.0, None, 250.0),
+           op(1, "send", 0, 1, 2, None, 600.0, None, 700.0),
+           op(1, "recv_copy", 0, -1, 0, 5.0, 0.0, 1.0, 2.0)]  # the header: not work
+    coll = rtrace.Collective(1, "all_reduce", "ring", 4, 2,
+                             {0: {"start": 0.0, "end": 500.0}, 1: {"start": 0.0, "end": 1000.0}})
+    return rtrace.Trace("0", 2, {0: {}, 1: {}}, {}, {1: coll}, ops)
+
+
+def test_a_critical_path_with_no_wait_says_where_the_time_went():
+    """A bandwidth-bound call: the path has no edge, and the report says what the last
+    rank spent its time on (it said only "rank 1 waited for nothing")."""
+    tr = _bandwidth_bound_trace()
+    cp = rtrace.critical_path(tr, 1)
+    assert cp["chain"] == [] and cp["straggler"] == 1, cp
+    assert cp["busy_us"] == {"reduce": 690.0, "send": 300.0}, cp["busy_us"]
+    text = "\n".join(rtrace.describe_path(tr, 1, cp))
+    assert ("<- rank 1 waited for nothing before that: from its start to 1.000 ms it was at "
+            "its own work (reduce 0.690 ms, send 0.300 ms; kinds overlap), so the call is "
+            "bound by moving and reducing bytes, not by a late peer") in text, text

@@ -36,7 +36,6 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kPointToPointLaneWait = std::chrono::hours(24 * 30);
 }  // namespace
 
-
 RingcollBackend::RingcollBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                  int size, std::chrono::milliseconds timeout,
                                  c10::intrusive_ptr<c10d::Backend> p2p, Knobs knobs,

@@ -60,7 +60,7 @@ struct RingcollBackend::CpuTask {
   algo::RunHandle exec;
   Clock::time_point started;  // RINGCOLL_DEBUG only
   algo::TraceTag tag;  // set only when tracing
-  Clock::time_point lastReportLook{}; // checkInterrupts' last read of the store
+  Clock::time_point lastReportLook{};  // checkInterrupts' last read of the store
   // Set by runCpu when the collective ended: its error (null: success), and whether
   // it was a timeout (then the failure hooks run). endCpu acts on them.
   std::exception_ptr error;
@@ -68,7 +68,6 @@ struct RingcollBackend::CpuTask {
   // The body and staged job hold the user's tensors: freed with no lock held.
   ~CpuTask() { checkNoLockHeld("destroying a CPU collective (its tensors)"); }
 };
-
 
 void RingcollBackend::keepAfterFailure(CpuTask& t) {
   if (!t.exec) return;  // nothing was started, so nothing was posted

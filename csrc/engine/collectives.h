@@ -127,7 +127,8 @@ Job barrier(const Algorithm& algo, const Params& prm, void* scratch);
 // algorithm's schedule (direct.cc draws direct's, the default) over a buffer of
 // the user's memory: the job's regions (Job::regions), one per block, so nothing
 // is staged; a rank's own block is copied locally in the job's prologue, once the
-// ranks agreed. Their schedules obey registry.h's contract for them.
+// ranks agreed. Their schedules obey registry.h's contract for them. All-to-all
+// also gives a schedule the scratch it asks for (alltoall.cc).
 
 // What gather and scatter share: a job over p blocks of prm.n / p elements whose
 // regions are the root's p blocks (blocks[q] for block q) and, on every other rank,

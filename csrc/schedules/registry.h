@@ -26,7 +26,8 @@
 //                  receive blocks.
 // The jobs of gather, scatter and all-to-all (engine/collectives.h) address only
 // the user's blocks (no staging): their schedules may send a block only from the
-// rank that holds it and write it only where it ends.
+// rank that holds it and write it only where it ends, except that an all-to-all
+// schedule may ask for scratch (a forwarding one, Bruck's, stages blocks there).
 // Every reducing schedule marks, on every rank that holds part of the complete
 // reduction, where each element of it first does (Step::reduced).
 //

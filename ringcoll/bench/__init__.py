@@ -10,7 +10,8 @@ broadcast, reduce, gather, scatter, all-to-all, or all); runs ringcoll and the
 baseline (gloo on CPU; NCCL and NCCL with NCCL_ALGO=Ring on GPU) in the same run;
 prints what every column means, a table per backend and a comparison table
 (baseline time / ringcoll time = ringcoll busbw / baseline busbw: above 1, ringcoll
-is faster); writes JSON, CSV and a PNG plot (busbw against size, higher is better).
+is faster; a baseline that is ringcoll with other options, ringcoll+algo=x, is then
+the slower); writes JSON, CSV and a PNG plot (busbw against size, higher is better).
 
 Method (ringcoll/bench/runner.py has the details and the reasons): every call is
 issued and waited for on its own and timed alone. Per point (size, collective,
@@ -485,7 +486,8 @@ def emit(rows, args, meta):
     print(report.legend(rows))
     print()
     print(report.tables(rows))
-    comp = report.comparison_table(rows)
+    comp = report.comparison_table(rows, algo=args.algo or os.environ.get("RINGCOLL_ALGO")
+                                   or "ring")
     if comp:
         print(comp)
     for path in (args.json, args.csv, args.plot):

@@ -176,17 +176,34 @@ def comparison(rows) -> list[dict]:
     return out
 
 
-def comparison_table(rows) -> str:
-    """The comparison, with a heading that says which way is better, and a line per
-    point that has no ratio saying why."""
+def ratio_heading(baselines, algo=None) -> str:
+    """What the comparison's ratio means, naming the ringcoll column by its algorithm
+    (`algo`: the bench's --algo or RINGCOLL_ALGO; None: not said). A baseline that is
+    ringcoll with other options (ringcoll+algo=pyring) is said to be slower above 1,
+    not "ringcoll is faster": both columns are ringcoll there."""
+    ours = f"ringcoll ({algo})" if algo else "ringcoll"
+    head = (f"# ratio = baseline time / {ours} time = {ours} busbw / baseline busbw, "
+            f"in-place where the collective has it: above 1, {ours} is faster than the "
+            "baseline (2.00: in half the time); below 1, the baseline is")
+    variants = [b for b in baselines if b.startswith("ringcoll")]
+    if variants:
+        head += (f"; {', '.join(variants)} {'is' if len(variants) == 1 else 'are'} ringcoll "
+                 f"too: above 1, {'it is' if len(variants) == 1 else 'they are'} slower than "
+                 f"{ours}")
+    return head
+
+
+def comparison_table(rows, algo=None) -> str:
+    """The comparison, with a heading that says which way is better (ratio_heading;
+    `algo`: what the ringcoll column ran), and a line per point that has no ratio
+    saying why."""
     comp = comparison(rows)
     if not comp:
         return ""
-    lines = ["# ratio = baseline time / ringcoll time = ringcoll busbw / baseline busbw, "
-             "in-place where the collective has it: above 1, ringcoll is faster (2.00: in "
-             "half the time); below 1, the baseline is; min-max: the lowest and highest "
-             "ratio over the paired runs; mode: eager (each call alone) or graph (--graph: "
-             "K calls captured once, replayed; both sides in the same mode)",
+    lines = [ratio_heading(sorted({c["baseline"] for c in comp}), algo)
+             + "; min-max: the lowest and highest ratio over the paired runs; mode: eager "
+             "(each call alone) or graph (--graph: K calls captured once, replayed; both "
+             "sides in the same mode)",
              f"{'collective':>15} {'nproc':>5} {'size':>10} {'mode':>5} {'baseline':>9} "
              f"{'ringcoll us':>12} {'base us':>12} {'ratio':>8} {'min-max':>13}"]
     for c in comp:

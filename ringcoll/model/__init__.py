@@ -21,8 +21,9 @@ ringcoll.model` judge):
              and costs  alpha * msgs + beta * bytes + gamma * reduced  seconds.
              alpha and beta belong to the transport (shm, gloo), gamma to the dtype.
              A local transfer (peer = the rank itself, as one-shot folds its own
-             input in) is no message: a local reduce pays gamma on its bytes, a
-             local copy is not counted.
+             input in, as a Bruck all-to-all packs the blocks it forwards) is no
+             message: a local reduce pays gamma on its bytes, a local copy `copy`
+             on its bytes (the memcpy rate staging pays), in the step it is in.
   * steps    A step lasts as long as its slowest rank, and steps follow one another:
              a call costs  overhead + sum over steps of the step's time. The
              executor has no barrier between steps and pipelines segments across
@@ -347,6 +348,7 @@ class Payments:
     msgs: np.ndarray
     nbytes: np.ndarray
     reduced: np.ndarray
+    copied: np.ndarray
 
     def per_step(self, weights: np.ndarray) -> np.ndarray:
         """`weights` (one per row) summed per step and rank: shape (steps, p)."""
@@ -354,7 +356,7 @@ class Payments:
                            self.steps * self.p).reshape(self.steps, self.p)
 
     def counts(self, concurrent: bool = False) -> np.ndarray:
-        """(msgs, bytes, reduced) per step and rank: shape (steps, p, 3). With
+        """(msgs, bytes, reduced, copied) per step and rank: shape (steps, p, 4). With
         `concurrent` (a batched transport: one NCCL group's messages to different
         peers move at once), msgs is the most any one peer of the rank exchanges
         with it in the step, not their sum."""
@@ -363,8 +365,8 @@ class Payments:
             key = (self.step * self.p + self.rank) * self.p + self.peer
             per_peer = np.bincount(key, self.msgs, self.steps * self.p * self.p)
             msgs = per_peer.reshape(self.steps, self.p, self.p).max(axis=2)
-        return np.stack([msgs] + [self.per_step(w) for w in (self.nbytes, self.reduced)],
-                        axis=-1)
+        return np.stack([msgs] + [self.per_step(w) for w in (self.nbytes, self.reduced,
+                                                             self.copied)], axis=-1)
 
 
 def payments(tr: Transfers, elem: int, chunk_bytes: int, fingerprint: bool,
@@ -387,6 +389,7 @@ def payments(tr: Transfers, elem: int, chunk_bytes: int, fingerprint: bool,
     moved = peer != rank  # a local transfer moves nothing
     msgs = np.where(moved, -(-nb // seg), 0)
     reduced = np.where(rows[:, 2] >= KINDS["recv_reduce"], nb, 0)  # either operand order
+    copied = np.where(~moved & (rows[:, 2] == KINDS["recv_copy"]), nb, 0)  # a local copy
     nb = np.where(moved, nb, 0)
     if header:
         pairs = _header_pairs(p, (rank * p + peer)[moved])
@@ -397,9 +400,10 @@ def payments(tr: Transfers, elem: int, chunk_bytes: int, fingerprint: bool,
         msgs = np.concatenate([np.full(k, 2), msgs])
         nb = np.concatenate([np.full(k, 2 * HEADER_BYTES), nb])
         reduced = np.concatenate([np.zeros(k, np.int64), reduced])
+        copied = np.concatenate([np.zeros(k, np.int64), copied])
     f = np.float64
     return Payments(p, steps + header, step, rank, peer, msgs.astype(f), nb.astype(f),
-                    reduced.astype(f))
+                    reduced.astype(f), copied.astype(f))
 
 
 def _header_pairs(p: int, keys: np.ndarray, dense_max: int = 4096) -> np.ndarray:
@@ -419,11 +423,12 @@ def _header_pairs(p: int, keys: np.ndarray, dense_max: int = 4096) -> np.ndarray
 
 def critical_path(cost: np.ndarray, counts: np.ndarray, per_host: int, cores: int):
     """The call's critical path from each rank's cost (steps, p) and counts
-    (steps, p, 3) per step, as the module docstring says: a step takes its slowest
-    rank's time, or, on a host whose per_host ranks outnumber its cores and whose
-    work spread over the cores takes longer, that host's sums / cores (the slowest
-    such host; ties go to the lowest rank or host). Returns (seconds of the steps,
-    summed; terms()'s counts but the copy bytes, which staging_term gives)."""
+    (steps, p, 4: msgs, bytes, reduced, copied) per step, as the module docstring
+    says: a step takes its slowest rank's time, or, on a host whose per_host ranks
+    outnumber its cores and whose work spread over the cores takes longer, that
+    host's sums / cores (the slowest such host; ties go to the lowest rank or host).
+    Returns (seconds of the steps, summed; terms()'s counts, whose copy bytes are
+    the steps' local copies: staging_term's are added to them)."""
     steps = np.arange(cost.shape[0])
     r = np.argmax(cost, axis=1)
     t, row = cost[steps, r], counts[steps, r]
@@ -434,11 +439,12 @@ def critical_path(cost: np.ndarray, counts: np.ndarray, per_host: int, cores: in
         worse = spread[steps, h] > t
         t = np.where(worse, spread[steps, h], t)
         row = np.where(worse[:, None],
-                       counts.reshape(-1, hosts, per_host, 3).sum(axis=2)[steps, h] / cores, row)
+                       counts.reshape(-1, hosts, per_host, 4).sum(axis=2)[steps, h] / cores, row)
     crowded = per_host > cores
     moves = counts[:, :, 0].any(axis=1).sum()  # rounds: steps in which anything moves
-    return float(t.sum()), np.array([1.0, *row.sum(axis=0), row[:, 0].sum() if crowded else 0.0,
-                                     0.0, moves])
+    msgs, nbytes, reduced, copied = row.sum(axis=0)
+    return float(t.sum()), np.array([1.0, msgs, nbytes, reduced,
+                                     msgs if crowded else 0.0, copied, moves])
 
 
 def staging_bytes(collective: str, p: int, n: int, elem: int) -> np.ndarray:
@@ -459,7 +465,7 @@ def staging_bytes(collective: str, p: int, n: int, elem: int) -> np.ndarray:
 
 def loads(algo, collective, p, nbytes, dtype="float32", chunk_bytes=DEFAULT_CHUNK_BYTES,
           fingerprint=True, layered=False) -> np.ndarray:
-    """(msgs, bytes, reduced) per step and rank, shape (steps, p, 3), the header
+    """(msgs, bytes, reduced, copied) per step and rank, shape (steps, p, 4), the header
     step first when `fingerprint`; per batch instead of per step when `layered`,
     where a batch's messages to different peers count once (Payments.counts)."""
     elem = DTYPE_BYTES[dtype]
@@ -509,10 +515,11 @@ def terms(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float
     ld = loads(algo, collective, p, nbytes, dtype, link.chunk_bytes or cal.chunk_bytes,
                fingerprint, link.layered)
     cores = link.cores or cal.cores
-    per = np.array([link.alpha + (link.wake if p > cores else 0.0), link.beta, g])
+    copy = link.copy if link.copy >= 0 else cal.copy
+    per = np.array([link.alpha + (link.wake if p > cores else 0.0), link.beta, g, copy])
     _, t = critical_path(ld @ per, ld, p, cores)
     elem = DTYPE_BYTES[dtype]
-    t[5] = staging_term(collective, p, elements(collective, nbytes, p, elem), elem, p, cores)
+    t[5] += staging_term(collective, p, elements(collective, nbytes, p, elem), elem, p, cores)
     return t
 
 

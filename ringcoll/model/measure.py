@@ -99,15 +99,22 @@ def world(args, meta):
     import ringcoll
     from ..bench import runner
 
+    from .._modules import load_from_environment
+
     p, rank = dist.get_world_size(), dist.get_rank()
+    # The algorithms RINGCOLL_ALGO_MODULES defines, imported before they are listed:
+    # the first group's creation would import them only after the list was made,
+    # and the collectives' providers would then name algorithms with no group.
+    load_from_environment()
+    algorithms = list(ringcoll.algorithms())
     groups = {}
     for t in args.transports:
-        for a in (list(ringcoll.algorithms()) + (["auto"] if args.auto else [])):
+        for a in algorithms + (["auto"] if args.auto else []):
             groups[(a, t)] = dist.new_group(backend="ringcoll",
                                             pg_options=ringcoll.Options(algo=a, transport=t))
     rows = []
     for coll in args.collectives:
-        algos = providers(coll) + (["auto"] if args.auto else [])
+        algos = [a for a in providers(coll) if a in algorithms] + (["auto"] if args.auto else [])
         for size in args.sizes:
             count = elements(coll, size, p, 4)
             for t in args.transports:

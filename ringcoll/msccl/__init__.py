@@ -49,8 +49,18 @@ def read(path: str) -> Program:
     return parse(text, source=path)
 
 
+def valid_name(name: str) -> bool:
+    """Whether RINGCOLL_ALGO can name it as it is (registry.cc's rule, and a letter
+    first): the import keeps such a name."""
+    return bool(re.fullmatch(r"[A-Za-z][A-Za-z0-9_-]*", name))
+
+
 def _name_of(prog: Program, path: str | None) -> str:
+    """The name an import registers: the file's <algo name> as it is when RINGCOLL_ALGO
+    can name it (what export writes), else made one (the CLI says so)."""
     base = prog.name or (os.path.splitext(os.path.basename(path))[0] if path else "msccl")
+    if valid_name(base):
+        return base
     name = re.sub(r"[^A-Za-z0-9_-]+", "_", base).strip("_") or "msccl"
     return name if name[0].isalpha() else f"msccl_{name}"
 

@@ -35,9 +35,11 @@ def main(argv=None) -> int:
                 prog = read(path)
                 name = load(path)
                 d = _C.applicability(name, prog.collective)
-                print(f"{name}: {prog.collective} for {prog.ngpus} gpus, counts multiples of "
-                      f"{d['count_multiple']}: proved (ringcoll.check); RINGCOLL_ALGO={name} "
-                      f"with RINGCOLL_ALGO_MODULES={path}")
+                renamed = (f" (the file names it {prog.name!r}, which RINGCOLL_ALGO cannot "
+                           "name)" if prog.name and prog.name != name else "")
+                print(f"{name}{renamed}: {prog.collective} for {prog.ngpus} gpus, counts "
+                      f"multiples of {d['count_multiple']}: proved (ringcoll.check); "
+                      f"RINGCOLL_ALGO={name} with RINGCOLL_ALGO_MODULES={path}")
             return 0
         text = export(a.algo, a.collective, a.p, n=a.n, root=a.root)
     except (MSCCLError, ValueError, RuntimeError, ImportError) as e:

@@ -133,8 +133,23 @@ class _Rank:
         return (start, start + cnt)
 
 
+def default_name(algo: str, collective: str, p: int) -> str:
+    """The <algo name> an export writes unless told: a name RINGCOLL_ALGO takes as it
+    is (letters, digits, '_'), so that importing the file registers the algorithm
+    under the very name the file gives (it was 'ringcoll ring all_reduce p=4', which
+    the import had to make 'ringcoll_ring_all_reduce_p_4'), and not the exported
+    algorithm's own (a built-in name cannot be defined again)."""
+    return f"{algo}_{collective}_p{p}".replace("-", "_")
+
+
 def export_program(algo, collective, p, n=None, root=0, name=None) -> Program:
     from .. import check
+    from . import valid_name
+
+    if name is not None and not valid_name(name):
+        raise MSCCLError(f"name {name!r}: an imported file's algorithm is registered under its "
+                         "name, which RINGCOLL_ALGO must be able to name (letters, digits, '_' "
+                         "and '-', starting with a letter)")
 
     coll = check.torch_name(collective)
     if coll not in MSCCL_NAME and coll not in ("gather", "scatter"):
@@ -160,11 +175,11 @@ def export_program(algo, collective, p, n=None, root=0, name=None) -> Program:
     if coll not in ("all_reduce", "reduce", "broadcast", "all_to_all") and C % p:
         raise MSCCLError(f"{algo} {coll} p={p} n={n}: {C} chunks do not cut into p blocks")
     if any(s.get("scratch", 0) for s in scheds) and coll in ("all_to_all", "gather", "scatter"):
-        raise MSCCLError(f"{algo} {coll}: its schedule asks for scratch, which this collective "
-                         "does not have in ringcoll or as MSCCL writes it")
+        raise MSCCLError(f"{algo} {coll}: its schedule asks for scratch, which this exporter "
+                         f"does not write for {coll}")
     ranks = [_Rank(coll, p, r, root, C, s.get("scratch", 0) // g) for r, s in enumerate(scheds)]
     tbs = [_threadblocks(scheds, r, ranks[r], g, p) for r in range(p)]
-    prog = Program(name=name or f"ringcoll {algo} {coll} p={p}", coll=MSCCL_NAME.get(coll, "custom"),
+    prog = Program(name=name or default_name(algo, coll, p), coll=MSCCL_NAME.get(coll, "custom"),
                    ngpus=p, nchunksperloop=C, nchannels=1, proto="Simple",
                    inplace=0 if coll in ("all_to_all", "gather", "scatter") else 1, gpus=[],
                    ringcoll_coll=coll if coll in ("gather", "scatter") else None,

@@ -44,9 +44,12 @@ the call's fingerprint carries, so ranks whose definitions of a name differ rais
 instead of exchanging wrong bytes; and keeps the result with its compiled plan, so
 that from the second call on it costs what a built-in algorithm costs. An
 exception in the function raises on that rank and, through the group's store,
-gives every other rank an error naming it. All-to-all is proved with this rank's
-true counts and every other rank's drawn from ringcoll.check's default pattern
-(a rank knows only its own), and its digest is taken at that pattern.
+gives every other rank an error naming it. All-to-all: an algorithm that declares
+equal splits only (Applies(equal_splits=True): a forwarding one, Bruck's) is proved
+and digested at the call's very counts (m everywhere, which a rank whose own splits
+are equal may infer when every rank checks its own); any other is proved with this
+rank's true counts and every other rank's assumed (ringcoll.check's uneven pattern:
+a rank knows only its own), a refusal saying so, and digested at that pattern.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 from .. import _C
+from .._declared import set_equal_splits, sizes_text
 from .._modules import load_modules
 
 
@@ -176,6 +180,12 @@ def reduced(r) -> Reduced:
 
 
 POWERS_OF_TWO = "powers of two"
+# A predicate given as Applies' world_sizes is asked for every p of 1..this when the
+# algorithm is registered (the extension's registry holds the served sizes as a
+# list: the backend refuses a call before any byte moves without calling Python);
+# larger worlds are not served. A plain-Python test of all of them takes 0.01-0.3 s
+# here; a bound in the predicate (p <= 4096 and ...) makes it cheaper.
+PREDICATE_MAX_P = 1 << 16
 
 
 def _bytes_text(b: int) -> str:
@@ -185,41 +195,94 @@ def _bytes_text(b: int) -> str:
     return f"{b} B"
 
 
-@dataclass(frozen=True)
+def _predicate_text(fn) -> str:
+    """What a world-size predicate is called in messages: its docstring's first line
+    ("composite p"), else "where <name>(p)", else "where a predicate holds" (a
+    lambda)."""
+    doc = (getattr(fn, "__doc__", None) or "").strip().splitlines()
+    name = getattr(fn, "__name__", "")
+    if doc and name != "<lambda>":
+        return doc[0].rstrip(".")
+    return f"where {name}(p)" if name and name != "<lambda>" else "where a predicate holds"
+
+
+def _served(sizes) -> tuple:
+    """The world sizes an Applies' world_sizes names, sorted: a predicate asked for p =
+    1..PREDICATE_MAX_P, or ints and ranges (any iterable of them). ValueError if it
+    is neither, or names no size >= 1."""
+    if callable(sizes):
+        try:
+            served = tuple(p for p in range(1, PREDICATE_MAX_P + 1) if sizes(p))
+        except Exception as e:  # noqa: BLE001 - any error of the user's predicate
+            raise ValueError(f"Applies: world_sizes predicate {_predicate_text(sizes)!r} "
+                             f"raised {type(e).__name__}: {e}") from e
+        if not served:
+            raise ValueError(f"Applies: world_sizes predicate {_predicate_text(sizes)!r} "
+                             f"holds for no p of 1..{PREDICATE_MAX_P}")
+        return served
+    try:
+        items = list(sizes)
+    except TypeError:
+        items = None
+    flat = set()
+    for x in items or ():
+        if isinstance(x, range):
+            flat.update(x)
+        elif _int(x):
+            flat.add(x)
+        else:
+            items = None
+            break
+    if isinstance(sizes, str) or not items or not flat or min(flat) < 1:
+        raise ValueError(f"Applies: world_sizes {sizes!r} is neither None, POWERS_OF_TWO, a "
+                         "predicate nor world sizes >= 1 (ints and ranges)")
+    return tuple(sorted(flat))
+
+
+@dataclass(frozen=True, repr=False)
 class Applies:
     """Where an algorithm's collective applies (csrc/schedules/registry.h's Applies),
     given to register(..., applies=Applies(...)); the default is everywhere.
 
-    world_sizes: None (every p), POWERS_OF_TWO, or the world sizes served (any
-    iterable of ints: range(2, 9), {4, 8}); min_bytes <= bytes < max_bytes (None: no
-    bound), bytes of the collective's buffer as RINGCOLL_ALGO's ranges count them
-    (the tensor, the whole reduce-scatter input, the whole all-gather output);
-    count_multiple: Params.n a multiple of it; roots: None (every root) or the roots
-    served (broadcast, reduce, gather, scatter).
+    world_sizes: None (every p), POWERS_OF_TWO, the world sizes served (ints and
+    ranges, in any iterable: range(2, 4097), {4, 8}, [range(2, 9), 16]), or a
+    predicate p -> bool (asked for p = 1..PREDICATE_MAX_P when registered; its
+    docstring's first line, or its name, says what it is in messages); messages show
+    a few words however many sizes are served ("world sizes 2-65536"); min_bytes <=
+    bytes < max_bytes (None: no bound), bytes of the collective's buffer as
+    RINGCOLL_ALGO's ranges count them (the tensor, the whole reduce-scatter input,
+    the whole all-gather output); count_multiple: Params.n a multiple of it; roots:
+    None (every root) or the roots served (broadcast, reduce, gather, scatter);
+    equal_splits (all-to-all only): every rank sends every rank the same count, the
+    contract of an algorithm that forwards blocks (Bruck's), whose schedule on one
+    rank depends on the others' counts.
 
     Every tool honours it: a process group refuses a call it does not serve, on
     every rank before anything is sent, naming the algorithm, the collective, p, n,
     the bytes and this declaration; RINGCOLL_ALGO=auto and the cost model leave the
     algorithm out where it does not apply (and, having only byte ranges to choose by,
     wherever it declares counts); ringcoll.check, .sim and .bench skip what it does
-    not serve and say so. The function is never called where it does not apply."""
+    not serve and say so. The function is never called where it does not apply.
+    equal_splits is the exception to "before anything is sent on every rank": only a
+    rank knows its own counts, so a rank whose splits are not equal fails the call
+    when it prepares it, and the others learn why through the group's store (the
+    group is then unusable, as after an exception in the function); every rank's
+    schedule is proved at the call's very counts."""
     world_sizes: object = None
     min_bytes: int = 0
     max_bytes: int | None = None
     count_multiple: int = 1
     roots: object = None
+    equal_splits: bool = False
 
     def __post_init__(self):
-        sizes = self.world_sizes
+        sizes, text = self.world_sizes, None
         if sizes is not None and sizes != POWERS_OF_TWO:
-            try:
-                sizes = tuple(sorted(set(sizes)))
-            except TypeError:
-                sizes = ()
-            if not sizes or not all(_int(p) and p >= 1 for p in sizes):
-                raise ValueError(f"Applies: world_sizes {self.world_sizes!r} is neither None, "
-                                 f"POWERS_OF_TWO nor world sizes >= 1")
-            object.__setattr__(self, "world_sizes", sizes)
+            served = _served(sizes)
+            text = (f"{_predicate_text(sizes)}: {sizes_text(served)}"
+                    if callable(sizes) else sizes_text(served))
+            object.__setattr__(self, "world_sizes", served)
+        object.__setattr__(self, "_world_text", text)
         if not _int(self.min_bytes) or self.min_bytes < 0:
             raise ValueError(f"Applies: min_bytes {self.min_bytes!r} is not a whole number >= 0")
         if self.max_bytes is not None and (not _int(self.max_bytes)
@@ -237,14 +300,17 @@ class Applies:
             if not roots or not all(_int(r) and r >= 0 for r in roots):
                 raise ValueError(f"Applies: roots {self.roots!r} is neither None nor ranks >= 0")
             object.__setattr__(self, "roots", roots)
+        if not isinstance(self.equal_splits, bool):
+            raise ValueError(f"Applies: equal_splits {self.equal_splits!r} is not True or False")
 
     def describe(self) -> str:
-        """The declaration in words, as errors and listings show it."""
+        """The declaration in words, as errors and listings show it: a few words
+        however many world sizes it serves."""
         parts = []
         if self.world_sizes == POWERS_OF_TWO:
             parts.append("world sizes powers of two")
         elif self.world_sizes is not None:
-            parts.append("world sizes " + ", ".join(map(str, self.world_sizes)))
+            parts.append(f"world sizes {self._world_text}")
         if self.min_bytes:
             parts.append(f"from {_bytes_text(self.min_bytes)}")
         if self.max_bytes is not None:
@@ -253,10 +319,16 @@ class Applies:
             parts.append(f"counts multiples of {self.count_multiple}")
         if self.roots is not None:
             parts.append("root " + ", ".join(map(str, self.roots)))
+        if self.equal_splits:
+            parts.append("equal splits only")
         return "; ".join(parts) or "everywhere"
 
+    def __repr__(self) -> str:
+        return f"Applies({self.describe()})"
+
     def _to_c(self) -> tuple:
-        """As bindings_algorithms.cc reads it."""
+        """As bindings_algorithms.cc reads it (equal_splits stays on this side:
+        _Definition.prepare enforces it, and ringcoll._declared tells the checker)."""
         sizes = self.world_sizes
         return (list(sizes) if sizes not in (None, POWERS_OF_TWO) else [],
                 sizes == POWERS_OF_TWO, self.min_bytes, self.max_bytes, self.count_multiple,
@@ -394,6 +466,19 @@ def _to_c(d: dict) -> tuple:
              for st in d["steps"]], d.get("scratch_copy", True))
 
 
+def _counts_text(counts, most: int = 8) -> str:
+    """All-to-all counts for a message: their list, cut after `most`."""
+    counts = list(counts)
+    if len(counts) <= most:
+        return str(counts)
+    return "[" + ", ".join(map(str, counts[:most])) + f", ... ({len(counts)} counts)]"
+
+
+def _ranks_text(ranks) -> str:
+    """'rank 1', 'ranks 0, 2-3'."""
+    return ("rank " if len(ranks) == 1 else "ranks ") + sizes_text(ranks)
+
+
 def _user_frame(e: BaseException) -> str:
     frames = traceback.extract_tb(e.__traceback__)
     if not frames:
@@ -441,7 +526,9 @@ class _Definition:
             prms = [Params(q, p, n, root, order, hosts) for q in range(p)]
         return [self.schedule(collective, prm) for prm in prms]
 
-    def _proved(self, collective, p, n, root, order, hosts, counts=None):
+    def _proved(self, collective, p, n, root, order, hosts, counts=None, assumed=""):
+        """Every rank's schedule of one call, proved by the checker; `assumed`: what
+        the refusal adds to say which ranks' counts were assumed (all-to-all)."""
         scheds = self._every_rank(collective, p, n, root, order, hosts, counts)
         where = f"algorithm '{self.name}' {collective} p={p} n={n}"
         if collective in ("broadcast", "reduce", "gather", "scatter"):
@@ -451,7 +538,7 @@ class _Definition:
             check.check_schedules(scheds, collective, p, n, root, where, counts)
         except check.ScheduleError as e:
             raise AlgorithmError(f"{e} (refused by ringcoll.check before anything was "
-                                 "sent)") from e
+                                 f"sent{assumed})") from e
         return scheds
 
     @staticmethod
@@ -461,24 +548,66 @@ class _Definition:
     def prepare(self, collective, rank, p, n, root, order, hosts, send_counts, recv_counts):
         order = tuple(order) or tuple(range(p))
         hosts = tuple(hosts) or (0,) * p
+        if collective == "all_to_all" and self.applies[collective].equal_splits:
+            return self._prepare_equal_splits(rank, p, root, order, hosts, send_counts,
+                                              recv_counts)
         if collective == "all_to_all":
-            # Proved in a world of this rank's true counts, the others' drawn from
-            # the checker's pattern; digested at that pattern alone (a rank knows
-            # only its own counts, and the digest must be the same on every rank).
-            pattern = _checker().alltoall_counts(p, p + 1)
-            counts = [list(row) for row in pattern]
-            counts[rank] = list(send_counts)
-            for s in range(p):
-                counts[s][rank] = recv_counts[s]
-            key = (collective, p, rank, order, hosts, tuple(send_counts), tuple(recv_counts))
-            scheds = self._remember(key, lambda: self._proved(collective, p, n, root, order,
-                                                             hosts, counts))
-            probe = self._remember((collective, p, order, hosts), lambda: self._proved(
-                collective, p, 0, root, order, hosts, pattern))
-            return _to_c(scheds[rank]), self._digest(probe)
+            return self._prepare_assumed_counts(rank, p, n, root, order, hosts, send_counts,
+                                                recv_counts)
         key = (collective, p, n, root, order, hosts)
         scheds = self._remember(key, lambda: self._proved(collective, p, n, root, order, hosts))
         return _to_c(scheds[rank]), self._digest(scheds)
+
+    def _prepare_equal_splits(self, rank, p, root, order, hosts, send_counts, recv_counts):
+        """An all-to-all that declares equal splits: if this rank sends and receives
+        m elements to and from every rank, and every rank does (each checks its
+        own), the call's count matrix is m everywhere, so every rank's schedule is
+        proved, and digested, at the call's very counts. A rank whose splits are
+        not equal raises here: its call fails, and the other ranks learn why
+        through the group's store."""
+        m = send_counts[0] if p else 0
+        if any(c != m for c in list(send_counts) + list(recv_counts)):
+            raise AlgorithmError(
+                f"algorithm '{self.name}' all_to_all for rank {rank} (p={p}): it declares "
+                f"equal splits only, but this rank sends {_counts_text(send_counts)} and "
+                f"receives {_counts_text(recv_counts)} elements: name another algorithm "
+                "for an uneven all-to-all (RINGCOLL_ALGO='alltoall=direct', say)")
+        counts = [[m] * p for _ in range(p)]
+        scheds = self._remember(("all_to_all", p, m, order, hosts), lambda: self._proved(
+            "all_to_all", p, 2 * p * m, root, order, hosts, counts))
+        return _to_c(scheds[rank]), self._digest(scheds)
+
+    def _prepare_assumed_counts(self, rank, p, n, root, order, hosts, send_counts,
+                                recv_counts):
+        """Any other all-to-all: proved in a world of this rank's true counts, the
+        others' assumed (drawn from the checker's uneven pattern), and digested at
+        that pattern alone (a rank knows only its own counts, and the digest must be
+        the same on every rank). A refusal says which counts were assumed: a
+        schedule that is right only for some counts (a forwarding one, right for
+        equal splits) is refused here for the others' invented counts, and its
+        author learns to declare what it serves."""
+        pattern = _checker().alltoall_counts(p, p + 1)
+        counts = [list(row) for row in pattern]
+        counts[rank] = list(send_counts)
+        for s in range(p):
+            counts[s][rank] = recv_counts[s]
+        others = [q for q in range(p) if q != rank]
+        assumed = (f"; rank {rank}'s counts are this call's, and the schedules of "
+                   f"{_ranks_text(others)} were built from assumed counts, "
+                   f"ringcoll.check's uneven pattern alltoall_counts({p}, {p + 1}) (a rank "
+                   "knows only its own counts): an algorithm right for equal splits only "
+                   "declares it, Applies(equal_splits=True), and is proved at the call's "
+                   "counts")
+        key = ("all_to_all", p, rank, order, hosts, tuple(send_counts), tuple(recv_counts))
+        scheds = self._remember(key, lambda: self._proved("all_to_all", p, n, root, order,
+                                                         hosts, counts, assumed))
+        probe_note = (f"; every rank's schedule was built from assumed counts, "
+                      f"ringcoll.check's uneven pattern alltoall_counts({p}, {p + 1}), to "
+                      "digest the same schedules on every rank: an algorithm right for equal "
+                      "splits only declares it, Applies(equal_splits=True)")
+        probe = self._remember(("all_to_all", p, order, hosts), lambda: self._proved(
+            "all_to_all", p, 0, root, order, hosts, pattern, probe_note))
+        return _to_c(scheds[rank]), self._digest(probe)
 
     def _remember(self, key, make):
         """The memo's entry for key, else make()'s (remembered). Threads that issue
@@ -519,6 +648,9 @@ def register(name: str, collective: str, *, summary: str | None = None,
     if applies is not None and not isinstance(applies, Applies):
         raise TypeError(f"register({name!r}, {collective!r}): applies must be a "
                         f"ringcoll.schedules.Applies, got {type(applies).__name__}")
+    if applies is not None and applies.equal_splits and coll != "all_to_all":
+        raise ValueError(f"register({name!r}, {collective!r}): equal_splits is all_to_all's "
+                         "declaration (every rank sends every rank the same count)")
 
     def add(fn):
         old = _DEFINED.get(name)
@@ -532,6 +664,7 @@ def register(name: str, collective: str, *, summary: str | None = None,
         _C.register_algorithm(name, text, [_C10D.get(c, c) for c in builders], definition,
                               [definition.applies[c]._to_c() for c in builders])
         _DEFINED[name] = definition
+        set_equal_splits(name, [c for c in builders if definition.applies[c].equal_splits])
         model = sys.modules.get("ringcoll.model")
         if model is not None:  # its cached tables may hold an earlier definition's
             model.transfers.cache_clear()

@@ -28,6 +28,9 @@ the matching send, on its sender, at the time it was posted, and continues from
 there. It stops on a rank that waited for nothing before t: that rank is the
 straggler, and its step is the step of the send that starts the path (the message
 everyone downstream waited for), or the last step it ran if the path has no edge.
+What that rank did from its start to t (its sends, copies, reduces and finishing
+pass, each kind's busy time) is said too: for a call bound by bandwidth or the
+reducer, where no rank waits for a late peer, that is where the time went.
 """
 
 from __future__ import annotations
@@ -261,7 +264,51 @@ def critical_path(trace, seq):
     first = min(c.start(r) for r in ranks)
     return {"end_rank": end_rank, "chain": chain, "straggler": rank, "step": step,
             "late_start_us": c.start(rank) - first,
-            "waited_us": sum(r.wait for _, r in chain)}
+            "waited_us": sum(r.wait for _, r in chain),
+            "until_us": t, "busy_us": busy(ops, rank, c.start(rank), t)}
+
+
+# What a rank's own work is, by the op kinds of a trace: sends (posted until done),
+# received bytes copied or reduced into place (from when they were there and wanted
+# until done), the finishing pass (AVG's division).
+_WORK = (("reduce", ("recv_reduce",)), ("copy", ("recv_copy",)), ("send", ("send",)),
+         ("finish", ("finish",)))
+
+
+def busy(ops, rank, start, until) -> dict:
+    """{work: us} of `rank`'s own work between start and until (its schedule's steps,
+    the header aside): per kind of _WORK, the union of its ops' intervals, so that
+    segments in flight at once count once. Where a critical path ends at a rank that
+    waited for nothing, this is where that rank's time went."""
+    out = {}
+    for name, kinds in _WORK:
+        spans = []
+        for o in ops:
+            if o.rank != rank or o.step < 0 or o.kind not in kinds or o.done is None:
+                continue
+            if o.is_send:
+                b = o.post
+            elif o.is_recv:
+                b = max(t for t in (o.arrive, o.want) if t is not None) \
+                    if o.arrive is not None else None
+            else:
+                b = o.arrive if o.arrive is not None else o.post
+            if b is None:
+                continue
+            b, e = max(b, start), min(o.done, until)
+            if e > b:
+                spans.append((b, e))
+        total, reach = 0.0, None
+        for b, e in sorted(spans):
+            if reach is None or b > reach:
+                total += e - b
+                reach = e
+            elif e > reach:
+                total += e - reach
+                reach = e
+        if total > 0:
+            out[name] = total
+    return out
 
 
 def step_name(step):
@@ -279,8 +326,20 @@ def describe_path(trace, seq, cp):
         lines.append(f"  <- rank {r.rank} waited {r.wait / 1e3:.3f} ms (from {ms(r.want)} to "
                      f"{ms(r.arrive)}) for {step_name(s.step)} seg {s.seg} of rank {s.rank}, "
                      f"{s.bytes} B, posted at {ms(s.post)}")
-    lines.append(f"  <- rank {cp['straggler']} waited for nothing before that; it started "
-                 f"{cp['late_start_us'] / 1e3:.3f} ms after the first rank")
+    work = cp.get("busy_us") or {}
+    if work:
+        # What the straggler did instead of waiting: on a bandwidth- or compute-bound
+        # call that is the whole story (no rank waited for a late peer).
+        spent = ", ".join(f"{k} {v / 1e3:.3f} ms" for k, v in
+                          sorted(work.items(), key=lambda kv: -kv[1]))
+        lines.append(f"  <- rank {cp['straggler']} waited for nothing before that: from its "
+                     f"start to {ms(cp['until_us'])} it was at its own work ({spent}; kinds "
+                     "overlap), so the call is bound by moving and reducing bytes, not by a "
+                     f"late peer; it started {cp['late_start_us'] / 1e3:.3f} ms after the "
+                     "first rank")
+    else:
+        lines.append(f"  <- rank {cp['straggler']} waited for nothing before that; it started "
+                     f"{cp['late_start_us'] / 1e3:.3f} ms after the first rank")
     lines.append(f"straggler: rank {cp['straggler']}, {step_name(cp['step'])}")
     return lines
 

@@ -10,8 +10,15 @@
 // sends nothing to, so that a rank expecting data from a peer that means to send it
 // none is caught too.
 //
-// Memory: each block is its own region (Job::regions), the user's tensors.
+// Memory: each block is its own region (Job::regions), the user's tensors. A
+// schedule that forwards blocks (Bruck's, which stages what it passes on) asks for
+// scratch (schedules/schedule.h): one more region past the blocks, memory the job
+// owns from the reducer's device; it starts empty, or as a copy of the blocks'
+// first elements (the own receive block after its local copy) when the schedule's
+// scratch starts as a copy.
 #include "engine/collectives.h"
+
+#include <algorithm>
 
 #include "common/errors.h"
 
@@ -49,11 +56,34 @@ Job alltoall(const Algorithm& algo, const Params& prm, DType dtype,
     job.recvCounts.push_back(recvCounts[j]);
     if (j != r) job.neighbours.push_back(j);  // headers with every rank (above)
   }
+  const size_t scratch = job.schedule.scratch, elem = elementSize(dtype);
+  std::vector<Region> copied;  // the blocks the scratch starts as a copy of
+  void* keep = nullptr;
+  if (scratch > 0) {
+    job.owned = reducer.allocate(scratch * elem);
+    RC_CHECK_ARG(job.owned != nullptr, "schedule '", job.schedule.name, "' needs ", scratch,
+                 " elements of scratch memory, which this device does not provide: name "
+                 "another algorithm for this collective");
+    keep = job.owned.get();
+    if (job.schedule.scratchCopy) {
+      for (const Region& g : job.regions) {
+        if (g.begin < std::min(scratch, n)) copied.push_back(g);
+      }
+    }
+    job.regions.push_back({n, n + scratch, keep});
+  }
   void* own = recvs[r];
   const void* src = sends[r];
-  if (recvCounts[r] && own != src) {
-    job.prologue = [&reducer, own, src, bytes = recvCounts[r] * elementSize(dtype)] {
-      reducer.copy(own, src, bytes, false);
+  const size_t ownBytes = own != src ? recvCounts[r] * elem : 0;
+  if (ownBytes || !copied.empty()) {
+    const size_t limit = std::min(scratch, n);
+    job.prologue = [&reducer, own, src, ownBytes, copied = std::move(copied), keep, limit,
+                    elem] {
+      if (ownBytes) reducer.copy(own, src, ownBytes, false);
+      for (const Region& g : copied) {
+        reducer.copy(static_cast<char*>(keep) + g.begin * elem, g.ptr,
+                     (std::min(g.end, limit) - g.begin) * elem, false);
+      }
     };
   }
   return job;

@@ -1,0 +1,222 @@
+"""The steps the simulator prices, read from the schedules: every rank's (small
+tables), or one period's, by the schedule's symmetry (large worlds).
+
+What a step's price depends on is, for each rank, the kind, peer and size of each
+transfer: a step is kept as rows (group, rank, peer, kind, elements), a group being
+a step or a set of steps priced alike (`counts`: how many steps each group stands
+for), for the representative ranks 0..L-1 (`period` L; every rank when L = p).
+
+  * every rank (exact): ringcoll.model's table of all ranks' schedules, one group a
+    step. Its size grows with ranks x steps (the ring at 16384 ranks: 1.1e9 rows),
+    so it is used up to FULL_ROWS rows, and for an algorithm written in Python (or
+    an all-to-all, whose counts take Python) only when building every rank's
+    schedule at rank 0's pace takes at most FULL_SECONDS (swing: 16384 x 57 ms).
+  * symmetry (otherwise): many schedules repeat with the rank: rank r's transfers in
+    each step are rank r mod S's moved by r - r mod S (peers, same kinds and sizes):
+    S = 1 for the ring, biring and twoshot, 2 for swing, a host's ranks for twolevel.
+    The simulator tries S = 1, 2, ... up to MAX_PERIOD (a divisor of p), refusing
+    one as soon as rank S differs from rank 0; it builds the schedules of ranks
+    0..S-1 and checks the claim on sampled ranks (up to SAMPLED + 3: the next
+    period's first and last, the middle's, the last ranks', each topology unit's
+    first), then groups the steps whose S ranks move the same (kind, peer offset,
+    size): the ring's 32766 steps at 16384 ranks are two groups, twoshot's 16384
+    each its own. With the topology's period T (Topology.period), ranks 0..lcm(S, T)
+    - 1 stand for all. rhd's and tree's partners depend on a rank's bits (no period;
+    their tables are small), one-shot's ranks each fold their own way (no period,
+    p^2 transfers: refused above FULL_ROWS).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import _C
+from ..model import SCHEDULE_NAME, transfers, transfers_of
+from .topology import Topology, lcm
+
+# kinds, as priced (cost.py)
+SEND, RECV_COPY, RECV_REDUCE, LOCAL_COPY, LOCAL_REDUCE, HEADER = range(6)
+FULL_ROWS = 8_000_000  # the most rows of every rank's table that are read whole
+FULL_SECONDS = 2.0     # the most a Python schedule's every rank may take to build
+MAX_PERIOD = 64        # the longest schedule period tried
+SAMPLED = 6
+
+
+class TooLarge(ValueError):
+    """The schedule is too large to read whole and has no symmetry to use."""
+
+
+@dataclass
+class Steps:
+    p: int
+    period: int                 # L: ranks 0..L-1 stand for all
+    counts: np.ndarray          # steps each group stands for (the header's group: 1)
+    rows: np.ndarray            # (group, rank, peer, kind, elements), int64
+    steps: int                  # the schedule's steps (the header aside)
+    how: str                    # "every rank's schedule" or the symmetry used
+
+
+def _kinds(kind: np.ndarray, local: np.ndarray) -> np.ndarray:
+    """ringcoll.model's KINDS as priced: a receive reduces in either operand order."""
+    out = np.where(kind == 0, SEND, np.where(kind == 1, RECV_COPY, RECV_REDUCE))
+    out = np.where(local & (out == RECV_COPY), LOCAL_COPY, out)
+    return np.where(local & (out == RECV_REDUCE), LOCAL_REDUCE, out)
+
+
+def from_table(tr, header: bool) -> Steps:
+    """Every rank's schedule (ringcoll.model.Transfers), one group a step; empty
+    transfers and sends to the rank itself cost nothing and are dropped."""
+    rows = tr.rows[tr.rows[:, 4] < tr.rows[:, 5]]
+    local = rows[:, 3] == rows[:, 0]
+    keep = ~(local & (rows[:, 2] == 0))
+    rows, local = rows[keep], local[keep]
+    out = np.stack([rows[:, 1] + header, rows[:, 0], rows[:, 3], _kinds(rows[:, 2], local),
+                    rows[:, 5] - rows[:, 4]], axis=1)
+    counts = np.ones(tr.steps + header, dtype=np.int64)
+    if header:
+        out = np.concatenate([_header_rows(out, tr.p, tr.p), out])
+    return Steps(tr.p, tr.p, counts, out, tr.steps, "every rank's schedule")
+
+
+def _header_rows(rows: np.ndarray, p: int, period: int) -> np.ndarray:
+    """The fingerprint's step (group 0): each rank of 0..period-1 with each distinct
+    peer it moves anything with and its ring neighbours, one row a peer."""
+    moved = rows[rows[:, 3] < LOCAL_COPY]
+    keys = np.unique(moved[:, 1] * p + moved[:, 2])
+    ranks = np.arange(period)
+    keys = np.unique(np.concatenate([keys, ranks * p + (ranks + 1) % p,
+                                     ranks * p + (ranks - 1) % p]))
+    keys = keys[keys // p != keys % p]
+    zeros = np.zeros(len(keys), dtype=np.int64)
+    return np.stack([zeros, keys // p, keys % p, zeros + HEADER, zeros], axis=1)
+
+
+def every_rank(algo, collective, topo: Topology, n: int) -> Steps:
+    return from_table(transfers(algo, collective, topo.p, n, topo.params_hosts()),
+                      bool(topo.fingerprint and topo.p > 1))
+
+
+def given(scheds, topo: Topology) -> Steps:
+    return from_table(transfers_of(scheds), bool(topo.fingerprint and topo.p > 1))
+
+
+def _one_rank(algo, collective, topo: Topology, n: int, r: int) -> list:
+    """Rank r's schedule as steps of sorted (kind, peer offset, elements), empty
+    transfers and sends to itself left out."""
+    p = topo.p
+    if collective == "all_to_all":
+        m = n // p
+        d = _C.schedule(algo, "alltoall", p, r, 2 * n, 0, [], [m] * p, [m] * p,
+                        list(topo.params_hosts()))
+    else:
+        d = _C.schedule(algo, SCHEDULE_NAME[collective], p, r, n,
+                        hosts=list(topo.params_hosts()))
+    kinds = {"send": SEND, "recv_copy": RECV_COPY, "recv_reduce": RECV_REDUCE,
+             "recv_reduce_first": RECV_REDUCE}
+    out = []
+    for st in d["steps"]:
+        items = []
+        for kind, peer, b, e in st["transfers"]:
+            if b == e or (peer == r and kind == "send"):
+                continue
+            k = kinds[kind]
+            if peer == r:
+                k = LOCAL_COPY if k == RECV_COPY else LOCAL_REDUCE
+            items.append((k, (peer - r) % p, e - b))
+        out.append(tuple(sorted(items)))
+    return out
+
+
+def _samples(topo: Topology, s: int) -> list:
+    """Ranks outside 0..s-1 that a symmetry of period s is checked on (the module
+    docstring)."""
+    p = topo.p
+    host, leaf, group = topo.units(np.arange(p))
+    firsts = [int(np.argmax(u == u[-1])) for u in (host, leaf, group)]  # the last unit's
+    picks = [s, 2 * s - 1, p // 2, p // 2 + s - 1, p - 1, p - s] + firsts
+    out = []
+    for r in picks:
+        if s <= r < p and r not in out:
+            out.append(r)
+    return out[:SAMPLED + 3]
+
+
+def symmetric(algo, collective, topo: Topology, n: int, first=None):
+    """Steps by the schedule's symmetry (module docstring), or None when no period
+    up to MAX_PERIOD holds on the sampled ranks. `first`: rank 0's, if built."""
+    p = topo.p
+    built = {0: first} if first is not None else {}
+
+    def rank(r):
+        if r not in built:
+            built[r] = _one_rank(algo, collective, topo, n, r)
+        return built[r]
+
+    for s in (d for d in range(1, min(p, MAX_PERIOD) + 1) if p % d == 0 and 2 * d < p):
+        if rank(s) != rank(0):  # the cheap refusal first: one more rank built
+            continue
+        checks = _samples(topo, s)
+        if all(rank(r) == rank(r % s) for r in checks):
+            return _grouped(topo, [rank(c) for c in range(s)], s, len(checks) + s)
+    return None
+
+
+def _grouped(topo: Topology, reps: list, s: int, checked: int) -> Steps:
+    """Steps of a schedule with period s (reps: ranks 0..s-1's), the steps whose
+    ranks move alike grouped, priced for ranks 0..L-1 (L = lcm(s, the topology's
+    period))."""
+    p = topo.p
+    period = lcm(s, topo.period())
+    nsteps = max(len(x) for x in reps)
+    index, counts, entries = {}, [], []
+    header = bool(topo.fingerprint and p > 1)
+    for st in range(nsteps):
+        key = tuple(x[st] if st < len(x) else () for x in reps)
+        g = index.get(key)
+        if g is None:
+            g = index[key] = len(counts) + header
+            counts.append(0)
+            entries += [(g, c, k, off, el) for c, items in enumerate(key)
+                        for k, off, el in items]
+        counts[g - header] += 1
+    e = np.array(entries, dtype=np.int64).reshape(-1, 5)
+    per = period // s  # ranks of each class among 0..period-1
+    ranks = (e[:, 1:2] + s * np.arange(per)[None, :]).reshape(-1)
+    rows = np.stack([np.repeat(e[:, 0], per), ranks,
+                     (ranks + np.repeat(e[:, 3], per)) % p, np.repeat(e[:, 2], per),
+                     np.repeat(e[:, 4], per)], axis=1)
+    counts = np.array(([1] if header else []) + counts, dtype=np.int64)
+    if header:
+        rows = np.concatenate([_header_rows(rows, p, period), rows])
+    how = (f"symmetry: rank r moves as rank r mod {s} does, moved by r - r mod {s} (checked "
+           f"on {checked} ranks); {len(counts) - header} kinds of step, ranks 0..{period - 1} "
+           f"priced for all {p}")
+    return Steps(p, period, counts, rows, nsteps, how)
+
+
+def read(algo, collective, topo: Topology, n: int) -> Steps:
+    """The steps of algo's collective on topo: every rank's schedule when its table is
+    small enough (FULL_ROWS) and quick to build (a Python function, or all-to-all's
+    counts, is called once a rank: FULL_SECONDS at rank 0's pace), else by symmetry,
+    else every rank's if small enough after all; TooLarge when neither."""
+    p = topo.p
+    t0 = time.perf_counter()
+    first = _one_rank(algo, collective, topo, n, 0)
+    per_rank = time.perf_counter() - t0
+    estimate = p * sum(len(x) for x in first)
+    slow = (collective == "all_to_all" or not _C.is_builtin(algo)) and \
+        p * per_rank > FULL_SECONDS
+    if estimate <= FULL_ROWS and not slow:
+        return every_rank(algo, collective, topo, n)
+    got = symmetric(algo, collective, topo, n, first)
+    if got is not None:
+        return got
+    if estimate <= FULL_ROWS:
+        return every_rank(algo, collective, topo, n)
+    raise TooLarge(f"{algo} {collective} at p={p}: every rank's schedule is about "
+                   f"{estimate:.2g} transfers (the simulator reads up to {FULL_ROWS:.0e} "
+                   f"whole), and no period of its ranks up to {MAX_PERIOD} holds (rank r "
+                   "moving as rank r mod S does), which would let it read a few")
