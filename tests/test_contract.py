@@ -100,3 +100,31 @@ def test_destroy_on_the_stream_path_waits_while_work_moves():
     res = mp.run_world(2, long_queue_then_destroy, 24, 4 << 20, transport="stream",
                        env={"RINGCOLL_STREAM_DELAY_US": "20000"}, timeout=300)
     assert res == [(0, 0), (0, 0)], res
+
+
+def batch_future_value(rank, p, n):
+    """batch_isend_irecv with a neighbour each way: the Works' count, each future's
+    value() as the tensors it holds (by identity: which of the call's), and the
+    received values."""
+    x = torch.full((n,), float(rank + 1))
+    y = torch.zeros(n)
+    right, left = (rank + 1) % p, (rank - 1) % p
+    ws = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, right),
+                                 dist.P2POp(dist.irecv, y, left)])
+    held = []
+    for w in ws:
+        w.wait()
+        v = w.get_future().value()
+        held.append(["x" if t.data_ptr() == x.data_ptr() else
+                     "y" if t.data_ptr() == y.data_ptr() else "other" for t in v])
+    return len(ws), held, bool(torch.equal(y, torch.full((n,), float(left + 1))))
+
+
+@pytest.mark.parametrize("transport", ALL)
+def test_batch_future_holds_no_tensors(transport):
+    # ProcessGroupNCCL's coalesced Work (one for the whole batch) completes its
+    # future with no outputs; gloo returns a Work per operation, without futures.
+    # Before, the stream path's (the CUDA path's logic) held the receive buffers
+    # while shm's and gloo's held none: the soak's bug-stream-batch-future.
+    got = mp.run_world(3, batch_future_value, 5, transport=transport)
+    assert got == [(1, [[]], True)] * 3, got

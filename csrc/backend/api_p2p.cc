@@ -272,10 +272,13 @@ c10::intrusive_ptr<c10d::Work> RingcollBackend::launchStreamMessages(
                 "; one batch runs on one device");
   }
   std::shared_ptr<StreamPath> path = pointToPointPathFor(first, op, label);
+  // A lone receive's future holds its tensor; a batch's (batch_isend_irecv) holds
+  // none, as ProcessGroupNCCL's coalesced Work and the host path's batch Work. The
+  // inputs keep every tensor the device touches alive either way.
   std::vector<at::Tensor> inputs, outputs;
   for (const auto& m : messages) {
     inputs.push_back(m.flat);  // read or written by the device until the end
-    if (!m.send) outputs.push_back(m.tensor);
+    if (!m.send && type != c10d::OpType::COALESCED) outputs.push_back(m.tensor);
   }
   std::vector<uint64_t>* pairSeq = &pairSeq_[first.is_cuda() ? 1 : 0];
   const int me = getRank();

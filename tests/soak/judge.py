@@ -197,25 +197,10 @@ RULES = [
 ]
 
 
-class StreamBatchFuture(Rule):
-    # The stream path's batch_isend_irecv Work's future holds the batch's receive
-    # buffers; shm's and gloo's (and ProcessGroupNCCL's coalesced Work's) hold none.
-    def explains(self, key, path, gv, xv, g, x, parent):
-        if x.get("kind") != "p2p_batch" or path[0] not in FUTURE_FIELDS:
-            return False
-        values = [v for obs in (g, x) for v in _values_in(obs.get(path[0]))]
-        return (all(_flat_outputs(v) for v in values)
-                and {bool(v) for v in values} == {True, False})
-
-
 # Open bugs: ringcoll divergences that are not intended, each awaiting its fix (the
 # rule goes with the fix). Counted apart ("open"), failing a run only under --strict;
 # each is listed with its reproduction in docs/TESTS.md ("Open bugs the soak knows").
-OPEN = [
-    StreamBatchFuture("bug-stream-batch-future", "the stream path's batch_isend_irecv "
-                      "future holds the receive buffers; shm's, gloo's and NCCL's hold "
-                      "none"),
-]
+OPEN: list = []  # none known (the stream batch future's bug was fixed)
 
 
 def listed_ids(doc) -> set:
