@@ -56,7 +56,7 @@ def _one_host(p, cal, transport="shm"):
                         inter=sim.Link(1.0, 1.0), gamma=cal.gamma["float32"],
                         overhead=link.overhead, cores=cal.cores, wake=link.wake,
                         chunk_bytes=cal.chunk_bytes, fingerprint=cal.fingerprint,
-                        copy=cal.copy, step=link.step)
+                        copy=cal.copy, step=link.step, ports=link.ports)
 
 
 @pytest.mark.parametrize("algo, collective", CASES)
@@ -71,6 +71,42 @@ def test_model_terms_match_simulator_counts(algo, collective):
                 where = f"{algo} {collective} p={p} {nbytes} B {transport}"
                 assert r.counts.tolist() == pytest.approx(t.tolist(), rel=1e-12), where
                 assert r.seconds == pytest.approx(pred, rel=1e-12), where
+
+
+@pytest.mark.parametrize("ports", [2, 3])
+@pytest.mark.parametrize("cores", [2, 16])
+def test_model_and_simulator_agree_on_ports(ports, cores):
+    # A rank moving `ports` transfers at once: the model's counts (Payments.counts)
+    # price what the simulator's rule does, crowded (2 cores) or not (16). Seconds
+    # only: the simulator's counts are the messages and bytes a rank handles, the
+    # model's those its price is linear in (a fit solves for the constants).
+    cal = dataclasses.replace(CAL, cores=cores)
+    cal.transports = {k: (dataclasses.replace(v, ports=ports) if v and not v.layered else v)
+                      for k, v in cal.transports.items()}
+    for algo, collective in [("oneshot", "all_reduce"), ("ring", "all_reduce"),
+                             ("rhd", "reduce_scatter"), ("tree", "broadcast"),
+                             ("biring", "all_reduce"), ("bruck", "all_gather")]:
+        for p in (2, 3, 4, 8):
+            for nbytes in (8, 3 * 4096 + 12, 1 << 20):
+                where = f"{algo} {collective} p={p} {nbytes} B ports={ports} cores={cores}"
+                r = sim.simulate(algo, collective, _one_host(p, cal), nbytes, verify=False)
+                assert r.seconds == pytest.approx(model.predict(algo, collective, p, nbytes,
+                                                                "shm", cal), rel=1e-12), where
+
+
+def test_ports_by_hand():
+    # Two-shot's all-gather at p = 4 with no header: one step in which each rank
+    # sends its block (a quarter of the output) to its 3 peers and receives theirs,
+    # 6 transfers of e = alpha + beta * block each. One port pays 6 e, 2 ports 3 e,
+    # 3 ports 2 e, 6 or more one e.
+    nbytes, block = 4096, 1024
+    e = 1e-6 + 1e-9 * block
+    for ports, want in [(1, 6 * e), (2, 3 * e), (3, 2 * e), (4, 1.5 * e), (6, e), (8, e)]:
+        link = model.LinkCost(overhead=0.0, alpha=1e-6, beta=1e-9, ports=ports)
+        cal = model.Calibration({"shm": link}, {"float32": 0.0}, cores=16,
+                                chunk_bytes=1 << 20, fingerprint=False, copy=0.0)
+        assert model.predict("twoshot", "all_gather", 4, nbytes, "shm", cal) == \
+            pytest.approx(want, rel=1e-12), ports
 
 
 def _textbook(algo, collective, p, nbytes, chunk_bytes):
@@ -332,6 +368,26 @@ def test_fit_recovers_constants():
     assert crowded.alpha == pytest.approx(2e-6 + 5e-6, rel=1e-6) and crowded.wake == 0
     assert crowded.step == pytest.approx(3e-6, rel=1e-6)
     assert fit.fit_link(rows, "shm", CAL, crowded=False).wake == 0
+
+
+@pytest.mark.parametrize("ports", [1, 3])
+def test_fit_finds_the_port_count(ports):
+    # Calls timed by a machine whose ranks move `ports` transfers at once (multi-peer
+    # algorithms among them): fit_ports names that count, its constants, and an
+    # error of nothing there against more elsewhere.
+    cal = dataclasses.replace(CAL, cores=8)
+    true = dataclasses.replace(cal, transports={
+        "shm": model.LinkCost(overhead=7e-6, alpha=2e-6, beta=9e-11, step=3e-6, ports=ports)})
+    cases = [("oneshot", "all_reduce"), ("twoshot", "all_gather"), ("ring", "all_reduce"),
+             ("rhd", "reduce_scatter"), ("tree", "broadcast")]
+    rows = [{"algo": a, "collective": c, "p": p, "size": s, "transport": "shm",
+             "time_s": model.predict(a, c, p, s, "shm", true)}
+            for a, c in cases for p in (2, 4, 6) for s in (8, 4096, 1 << 20, 16 << 20)]
+    got, errors = fit.fit_ports(rows, "shm", cal)
+    assert got.ports == ports, errors
+    assert errors[ports] < 1e-6 and min(v for k, v in errors.items() if k != ports) > 1e-3, errors
+    for k in ("overhead", "alpha", "beta", "step"):
+        assert getattr(got, k) == pytest.approx(getattr(true.transports["shm"], k), rel=1e-6), k
 
 
 # auto
@@ -752,6 +808,38 @@ def test_topology_from_a_file_and_flags(tmp_path):
     assert out.returncode == 2 and "unknown keys nics" in out.stderr, out.stderr
 
 
+def test_simulator_takes_a_machines_calibration(tmp_path):
+    # --calibration: a machine's constants (ports among them). On one host the
+    # simulator then predicts what the model does with the same calibration, crowded
+    # (4 ranks on 2 cores: the crowded set) or not; on 2 hosts the NIC is the
+    # calibration's gloo.
+    cal = dataclasses.replace(CAL, cores=2)
+    cal.transports = {**cal.transports,
+                      "shm": dataclasses.replace(cal.transports["shm"], ports=3),
+                      "shm/crowded": dataclasses.replace(cal.transports["shm/crowded"], ports=2)}
+    path = tmp_path / "machine.json"
+    model.save(cal, str(path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RINGCOLL_")}
+    for per_host, hosts in [(2, 1), (4, 1), (2, 2)]:
+        out = subprocess.run(
+            [sys.executable, "-m", "ringcoll.sim", "--calibration", str(path), "--algo",
+             "oneshot", "--size", "1M", "--hosts", str(hosts), "--per-host", str(per_host)],
+            capture_output=True, text=True, timeout=240, env=env,
+            cwd=os.path.dirname(os.path.dirname(__file__)))
+        assert out.returncode == 0, out.stderr
+        if hosts == 1:
+            want = model.predict("oneshot", "all_reduce", per_host, 1 << 20, "shm", cal)
+        else:
+            topo = sim.topology.build(sim.topology.from_calibration(cal, per_host),
+                                      sim.default_topology(hosts, per_host))
+            assert topo.inter == sim.Link(cal.transports["gloo"].alpha,
+                                          cal.transports["gloo"].beta)
+            assert topo.ports == 3
+            want = sim.simulate("oneshot", "all_reduce", topo, 1 << 20).seconds
+        assert f"on {hosts} x {per_host}" in out.stdout and \
+            f": {want * 1e6:.1f} us" in out.stdout, out.stdout
+
+
 _SCALE = """
 import json, resource, sys, time
 from ringcoll import _modules, sim
@@ -791,3 +879,13 @@ def test_16384_ranks_in_seconds_for_the_shipped_all_reduces_and_a_python_one():
         assert seconds and elapsed < 10, (algo, got[algo])
     assert got["ring"][1] == got["pyring"][1] and "symmetry" in got["ring"][2]
     assert got["oneshot"][1] is None and "no period of its ranks" in got["oneshot"][2]
+
+
+def test_a_calibration_from_another_machine_is_noted():
+    from ringcoll.model.__main__ import machine, note_machine
+
+    here = dataclasses.replace(CAL, meta={"machine": machine()}, source="here.json")
+    assert note_machine(here) == ""
+    there = dataclasses.replace(CAL, meta={"machine": "16 cores (Other CPU), Linux, torch x"},
+                                source="there.json")
+    assert "there.json was calibrated on 16 cores (Other CPU)" in note_machine(there)

@@ -24,6 +24,12 @@ ringcoll.model` judge):
              input in, as a Bruck all-to-all packs the blocks it forwards) is no
              message: a local reduce pays gamma on its bytes, a local copy `copy`
              on its bytes (the memcpy rate staging pays), in the step it is in.
+  * ports    A rank moves `ports` of a step's transfers at once (a transport's
+             calibrated constant; 1, one after another, by default): with e_i =
+             alpha * msgs_i + beta * bytes_i for each transfer (the header's: one
+             per peer), its messages cost max(max_i e_i, sum_i e_i / ports), the
+             simulator's rule (ringcoll.sim.cost), on top of what it reduces and
+             copies. `--calibrate` fits ports = 1..4 and keeps the best.
   * steps    A step lasts as long as its slowest rank, and steps follow one another:
              a call costs  overhead + sum over steps of the step's time. The
              executor has no barrier between steps and pipelines segments across
@@ -118,8 +124,10 @@ class LinkCost:
     calls carry the header (fingerprint, -1: the calibration's), its own seconds
     per byte reduced and copied (gamma, copy; -1: the calibration's), and whether it
     runs steps in batches (layered: a stream-ordered transport, NCCL, posts the
-    steps of a layer as one batch, engine/plan.h, and pays a layer as one step), and
-    the cores of the host its ranks share (cores, 0: the calibration's)."""
+    steps of a layer as one batch, engine/plan.h, and pays a layer as one step),
+    the cores of the host its ranks share (cores, 0: the calibration's), and how many
+    of a step's transfers a rank moves at once (ports: the module docstring's
+    `ports`; 1, one after another, unless a calibration measured more)."""
     overhead: float
     alpha: float
     beta: float
@@ -131,6 +139,7 @@ class LinkCost:
     copy: float = -1.0
     layered: bool = False
     cores: int = 0
+    ports: int = 1
 
 
 @dataclass
@@ -207,7 +216,8 @@ def from_json(d: dict, source: str) -> Calibration:
                                    gamma=float(v.get("gamma", -1.0)),
                                    copy=float(v.get("copy", -1.0)),
                                    layered=bool(v.get("layered", False)),
-                                   cores=int(v.get("cores", 0)))
+                                   cores=int(v.get("cores", 0)),
+                                   ports=int(v.get("ports", 1)))
         gamma = {k: float(v) for k, v in d["gamma"].items()}
         cores = int(d["cores"])
         copy = float(d.get("copy", DEFAULT_COPY))
@@ -218,6 +228,8 @@ def from_json(d: dict, source: str) -> Calibration:
             v = getattr(lc, k)
             if not (v >= 0 and np.isfinite(v)):
                 raise bad(f"transport {name} {k} = {v} is not a finite number >= 0")
+        if lc.ports < 1:
+            raise bad(f"transport {name} ports = {lc.ports} is not a whole number >= 1")
     if not (copy >= 0 and np.isfinite(copy)):
         raise bad(f"copy = {copy} is not a finite number >= 0")
     if cores < 1 or not links or "float32" not in gamma:
@@ -355,18 +367,36 @@ class Payments:
         return np.bincount(self.step * self.p + self.rank, weights,
                            self.steps * self.p).reshape(self.steps, self.p)
 
-    def counts(self, concurrent: bool = False) -> np.ndarray:
+    def counts(self, concurrent: bool = False, ports: int = 1, alpha: float = 0.0,
+               beta: float = 0.0) -> np.ndarray:
         """(msgs, bytes, reduced, copied) per step and rank: shape (steps, p, 4). With
         `concurrent` (a batched transport: one NCCL group's messages to different
         peers move at once), msgs is the most any one peer of the rank exchanges
-        with it in the step, not their sum."""
-        msgs = self.per_step(self.msgs)
+        with it in the step, not their sum. With ports > 1 (the module docstring's
+        `ports`, priced at alpha and beta), a rank's msgs and bytes in a step are
+        those of its costliest payment where that one outlasts the rest moving
+        `ports` at once, else their sums / ports: the counts whose price is
+        max(max_i e_i, sum_i e_i / ports), as the simulator's."""
+        msgs, nbytes = self.per_step(self.msgs), self.per_step(self.nbytes)
         if concurrent and len(self.msgs):
             key = (self.step * self.p + self.rank) * self.p + self.peer
             per_peer = np.bincount(key, self.msgs, self.steps * self.p * self.p)
             msgs = per_peer.reshape(self.steps, self.p, self.p).max(axis=2)
-        return np.stack([msgs] + [self.per_step(w) for w in (self.nbytes, self.reduced,
-                                                             self.copied)], axis=-1)
+        elif ports > 1 and len(self.msgs):
+            e = alpha * self.msgs + beta * self.nbytes
+            key = self.step * self.p + self.rank
+            last = np.lexsort((e, key))  # each key's costliest payment comes last
+            ends = np.flatnonzero(np.r_[key[last][1:] != key[last][:-1], True])
+            top = last[ends]
+            one = np.zeros((2, self.steps * self.p))
+            one[:, key[top]] = self.msgs[top], self.nbytes[top]
+            alone = (one[0] * alpha + one[1] * beta).reshape(msgs.shape)
+            spread = (msgs * alpha + nbytes * beta) / ports
+            use_one = alone >= spread
+            msgs = np.where(use_one, one[0].reshape(msgs.shape), msgs / ports)
+            nbytes = np.where(use_one, one[1].reshape(msgs.shape), nbytes / ports)
+        return np.stack([msgs, nbytes] + [self.per_step(w) for w in (self.reduced,
+                                                                     self.copied)], axis=-1)
 
 
 def payments(tr: Transfers, elem: int, chunk_bytes: int, fingerprint: bool,
@@ -464,16 +494,17 @@ def staging_bytes(collective: str, p: int, n: int, elem: int) -> np.ndarray:
 
 
 def loads(algo, collective, p, nbytes, dtype="float32", chunk_bytes=DEFAULT_CHUNK_BYTES,
-          fingerprint=True, layered=False) -> np.ndarray:
+          fingerprint=True, layered=False, ports=1, alpha=0.0, beta=0.0) -> np.ndarray:
     """(msgs, bytes, reduced, copied) per step and rank, shape (steps, p, 4), the header
     step first when `fingerprint`; per batch instead of per step when `layered`,
-    where a batch's messages to different peers count once (Payments.counts)."""
+    where a batch's messages to different peers count once; with ports > 1, as
+    many transfers at once (priced at alpha and beta: Payments.counts)."""
     elem = DTYPE_BYTES[dtype]
     n = elements(collective, nbytes, p, elem)
     layers = (layers_of(algo, collective, p, n, max(1, chunk_bytes // elem))
               if layered else None)
     return payments(transfers(algo, collective, p, n), elem, chunk_bytes, fingerprint,
-                    layers).counts(concurrent=layered)
+                    layers).counts(concurrent=layered, ports=ports, alpha=alpha, beta=beta)
 
 
 @functools.lru_cache(maxsize=64)
@@ -512,11 +543,12 @@ def terms(algo, collective, p, nbytes, transport, cal: Calibration, dtype="float
     link = cal.link(transport, p)
     g = link.gamma if link.gamma >= 0 else cal.gamma.get(dtype, cal.gamma["float32"])
     fingerprint = cal.fingerprint if link.fingerprint < 0 else bool(link.fingerprint)
-    ld = loads(algo, collective, p, nbytes, dtype, link.chunk_bytes or cal.chunk_bytes,
-               fingerprint, link.layered)
     cores = link.cores or cal.cores
+    alpha = link.alpha + (link.wake if p > cores else 0.0)
+    ld = loads(algo, collective, p, nbytes, dtype, link.chunk_bytes or cal.chunk_bytes,
+               fingerprint, link.layered, link.ports, alpha, link.beta)
     copy = link.copy if link.copy >= 0 else cal.copy
-    per = np.array([link.alpha + (link.wake if p > cores else 0.0), link.beta, g, copy])
+    per = np.array([alpha, link.beta, g, copy])
     _, t = critical_path(ld @ per, ld, p, cores)
     elem = DTYPE_BYTES[dtype]
     t[5] += staging_term(collective, p, elements(collective, nbytes, p, elem), elem, p, cores)

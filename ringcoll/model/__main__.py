@@ -130,20 +130,26 @@ def calibrate(a) -> int:
     cal = Calibration(dict(start.transports), gammas, cores, source=out,
                       copy=statistics.median(measure.copy() for _ in range(5)))
     print(f"# copy (s/byte copied): {cal.copy:.3e}")
+    ports = {}
     for t in a.transports:
-        # ranks fewer than cores, then (if measured) more: fitted apart
-        cal.transports[t] = fit.fit_link(rows, t, cal, crowded=False)
-        print(f"# {t}: {cal.transports[t]}")
-        if any(r["p"] > cores for r in rows):
-            cal.transports[t + "/crowded"] = fit.fit_link(rows, t, cal, crowded=True)
-            print(f"# {t}/crowded: {cal.transports[t + '/crowded']}")
+        # ranks fewer than cores, then (if measured) more: fitted apart, each with
+        # the port count its measurements are best explained by (fit.fit_ports)
+        kinds = [(t, False)] + ([(t + "/crowded", True)] if any(r["p"] > cores for r in rows)
+                                else [])
+        for key, crowded in kinds:
+            cal.transports[key], errors = fit.fit_ports(rows, t, cal, crowded=crowded)
+            ports[key] = {str(k): round(v, 4) for k, v in errors.items()}
+            print(f"# {key}: {cal.transports[key]}")
+            print(f"#   median error by ports: " + ", ".join(
+                f"{k}: {v:.3f}" for k, v in errors.items()))
     cal.meta = {"command": "python -m ringcoll.model " + " ".join(sys.argv[1:]),
                 "machine": machine(), "nproc": a.nproc, "measurements": a.from_json or "live",
                 "collectives": a.collectives,
                 "sizes": a.sizes, "units": "seconds; alpha per message end, beta per byte "
                 "end, gamma per byte reduced, wake per message when p > cores, copy per "
                 "byte staged, step per step in which anything moves",
-                "median_error": _median_error(rows, cal)}
+                "median_error": fit.median_error(rows, cal),
+                "median_error_by_ports": ports}
     save(cal, out)
     if not a.from_json:  # the measurements, for --from
         rows_out = a.out + "-calibration.json"
@@ -167,12 +173,6 @@ def _saved(paths: str):
         if saved["header"] not in headers:
             headers.append(saved["header"])
     return rows, "\n".join(headers)
-
-
-def _median_error(rows, cal) -> float:
-    errs = [abs(predict(r["algo"], r["collective"], r["p"], r["size"], r["transport"], cal)
-                / r["time_s"] - 1) for r in rows if r["algo"] != "auto"]
-    return statistics.median(errs) if errs else float("nan")
 
 
 def _by_point(rows) -> dict:
@@ -312,8 +312,26 @@ def plot(rows, cal, path, title):
     plt.close(fig)
 
 
+def host_of(machine_line: str) -> str:
+    """The host part of a machine line (machine()): cores and CPU model."""
+    return machine_line.split("),", 1)[0] + ")" if ")," in machine_line else machine_line
+
+
+def note_machine(cal: Calibration) -> str:
+    """A line when `cal` was fitted on another kind of host than this one: a
+    calibration belongs to its machine (docs/MODEL.md)."""
+    theirs = cal.meta.get("machine")
+    if not theirs or host_of(theirs) == host_of(machine()):
+        return ""
+    return (f"# note: {cal.source} was calibrated on {host_of(theirs)}, this is "
+            f"{host_of(machine())}: its constants may not hold here (python -m "
+            "ringcoll.model --calibrate fits this machine's)")
+
+
 def compare(a) -> int:
     cal = load(a.model)
+    if note_machine(cal):
+        print(note_machine(cal), file=sys.stderr)
     if a.from_json:
         rows, header = _saved(a.from_json)
         header = (f"# python -m ringcoll.model {' '.join(sys.argv[1:])}\n# measured by:\n"

@@ -12,18 +12,25 @@ separately measured values and every constant kept >= 0 (the best of the
 least-squares solutions over the subsets of constants left free whose solution is
 all >= 0), and repeat with the new constants until the critical ranks stop
 changing (a few rounds).
+
+ports (how many of a step's transfers a rank moves at once) is no linear term:
+fit_ports fits the rest for each of PORTS in turn and keeps the count whose
+constants predict the measurements best (median |predicted/measured - 1|), so the
+port count is measured here as the one the calls' times are best explained by.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import statistics
 
 import numpy as np
 
-from . import Calibration, LinkCost, constants, terms
+from . import Calibration, LinkCost, constants, predict, terms
 
 FREE = (0, 1, 2, 4, 6)  # overhead, alpha, beta, wake, step; gamma (3), copy (5) measured apart
+PORTS = (1, 2, 3, 4)  # the port counts fit_ports tries
 
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -42,15 +49,47 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best
 
 
+def rows_of(rows, transport: str, cal: Calibration, crowded: bool | None = None) -> list:
+    """The measurements of `transport` a fit uses (auto's aside): every one, or with
+    crowded=False / True those with p <= cores / p > cores."""
+    known = cal.transports.get(transport)
+    cores = (known.cores if known else 0) or cal.cores  # the transport's own host, if it has one
+    return [r for r in rows if r["transport"] == transport and r["algo"] != "auto"
+            and (crowded is None or (r["p"] > cores) == crowded)]
+
+
+def median_error(rows, cal: Calibration) -> float:
+    """The median |predicted/measured - 1| of measured calls under `cal` (auto's aside)."""
+    errs = [abs(predict(r["algo"], r["collective"], r["p"], r["size"], r["transport"], cal)
+                / r["time_s"] - 1) for r in rows if r["algo"] != "auto"]
+    return statistics.median(errs) if errs else float("nan")
+
+
+def fit_ports(rows, transport: str, cal: Calibration, crowded: bool | None = None,
+              choices=PORTS) -> tuple[LinkCost, dict]:
+    """fit_link with each port count of `choices` held; the fitted constants that
+    predict `rows` (those fit_link uses) best, and each count's median error."""
+    key = f"{transport}/crowded" if crowded else transport
+    base = cal.transports.get(key) or cal.transports.get(transport) or LinkCost(0, 0, 0)
+    used = rows_of(rows, transport, cal, crowded)
+    errors, best = {}, None
+    for ports in choices:
+        held = dataclasses.replace(cal, transports={**cal.transports,
+                                                    key: dataclasses.replace(base, ports=ports)})
+        link = fit_link(used, transport, held, crowded=crowded)
+        errors[ports] = median_error(used, dataclasses.replace(
+            held, transports={**held.transports, key: link}))
+        if best is None or errors[ports] < errors[best.ports]:
+            best = link
+    return best, errors
+
+
 def fit_link(rows, transport: str, cal: Calibration, rounds: int = 6,
              crowded: bool | None = None) -> LinkCost:
     """The constants of `transport` that best predict `rows` (measurements of it:
     dicts with algo, collective, p, size, time_s). crowded=False / True: fit only
     the rows with p <= cores / p > cores (the "<transport>/crowded" set)."""
-    known = cal.transports.get(transport)
-    cores = (known.cores if known else 0) or cal.cores  # the transport's own host, if it has one
-    rows = [r for r in rows if r["transport"] == transport and r["algo"] != "auto"
-            and (crowded is None or (r["p"] > cores) == crowded)]
+    rows = rows_of(rows, transport, cal, crowded)
     if not rows:
         raise ValueError(f"no measurements of transport {transport} to fit")
     y = np.array([r["time_s"] for r in rows])

@@ -1,12 +1,15 @@
 """python -m ringcoll.sim: one algorithm's predicted time on a topology, or the table
 of every algorithm (docs/MODEL.md). The topology comes from a JSON file (--topology,
-ringcoll/sim/topology.py's FILE_KEYS), then the flags, over the table's defaults
-(8 ranks a host, ringcoll.sim's INTRA, INTER, GAMMA and COPY):
+ringcoll/sim/topology.py's FILE_KEYS), then the flags, over a calibration's
+constants (--calibration: a machine's, from python -m ringcoll.model --calibrate) or
+the table's defaults (8 ranks a host, ringcoll.sim's INTRA, INTER, GAMMA and COPY):
 
     python -m ringcoll.sim --algo ring --hosts 2048 --per-host 8 --size 64M
     python -m ringcoll.sim --algo rhd --hosts 256 --per-host 8 --hosts-per-leaf 32 \\
         --leaves-per-spine 8 --oversubscription 2 --nic host --ports 2 \\
         --alpha leaf=5e-6 --beta leaf=4e-11 --size 1M
+    python -m ringcoll.sim --calibration benchmarks/results/model-cpu.json \
+        --hosts 1 --per-host 4 --algo oneshot --size 1M     # this machine's constants
 
 A topology file:
 
@@ -45,7 +48,17 @@ def _level_values(items, what):
 
 def topology_from(a):
     """The topology the command line describes: the file's settings, then the flags'."""
-    settings = topo_mod.load(a.topology) if a.topology else {}
+    settings = {}
+    if a.calibration:
+        from .. import model
+
+        per_host = a.per_host or (topo_mod.load(a.topology).get("per_host") if a.topology
+                                  else None) or default_topology().per_host
+        settings = topo_mod.from_calibration(model.load(a.calibration), per_host)
+    if a.topology:
+        file = topo_mod.load(a.topology)
+        settings = {**settings, **file,
+                    "levels": {**settings.get("levels", {}), **file.get("levels", {})}}
     flags = {"hosts": a.hosts, "per_host": a.per_host, "hosts_per_leaf": a.hosts_per_leaf,
              "leaves_per_spine": a.leaves_per_spine, "oversubscription": a.oversubscription,
              "nic": a.nic, "placement": a.placement, "ports": a.ports, "cores": a.cores,
@@ -87,6 +100,10 @@ def parse_args(argv=None):
                     help="with the tables: also draw them as a PNG, one panel per collective")
     t = ap.add_argument_group("topology (a file, then these flags, over the defaults)")
     t.add_argument("--topology", default=None, metavar="FILE", help="JSON settings (above)")
+    t.add_argument("--calibration", default=None, metavar="PATH",
+                   help="a machine's constants from `python -m ringcoll.model --calibrate` "
+                        "(host level from its shm, leaf from its gloo, ports, overhead, "
+                        "gamma, copy, cores, ...), under the file's and the flags'")
     t.add_argument("--hosts", type=int, default=None, help="hosts (default 1)")
     t.add_argument("--per-host", type=int, default=None, help="ranks per host (default 8)")
     t.add_argument("--hosts-per-leaf", type=int, default=None,

@@ -306,6 +306,25 @@ def load(path: str) -> dict:
     return d
 
 
+def from_calibration(cal, per_host: int, intra: str = "shm", inter: str = "gloo") -> dict:
+    """Settings from a ringcoll.model calibration (a machine's measured constants):
+    the host level from transport `intra` and the leaf level (the NIC) from `inter`
+    where the calibration has it, each as the model takes it for per_host ranks
+    (its "<transport>/crowded" set when they outnumber the calibration's cores),
+    with that set's overhead, step, wake and ports, and the calibration's gamma,
+    copy, cores, segment size and header."""
+    here = cal.link(intra, per_host)
+    levels = {"host": {"alpha": here.alpha, "beta": here.beta}}
+    if inter in cal.transports and cal.transports[inter] is not None:
+        there = cal.link(inter, per_host)
+        levels["leaf"] = {"alpha": there.alpha, "beta": there.beta}
+    return {"levels": levels, "overhead": here.overhead, "step": here.step,
+            "wake": here.wake, "ports": here.ports, "gamma": cal.gamma["float32"],
+            "copy": cal.copy, "cores": here.cores or cal.cores,
+            "chunk_bytes": here.chunk_bytes or cal.chunk_bytes,
+            "fingerprint": cal.fingerprint if here.fingerprint < 0 else bool(here.fingerprint)}
+
+
 def build(settings: dict, default: Topology) -> Topology:
     """`default` with settings (a file's, then the command line's) applied; levels'
     links replace intra (host), inter (leaf), spine and core."""
