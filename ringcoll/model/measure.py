@@ -91,6 +91,16 @@ def _build(collective):
     return records.RECORDS[collective].build
 
 
+def _case(collective, rank, p, count, group):
+    """The bench's case of one point: in place where torch's call is (all-reduce,
+    broadcast, reduce), else out of place (all-to-all, gather, scatter)."""
+    import torch
+
+    build = _build(collective)
+    return (build(rank, p, count, torch.float32, "sum", "cpu", True, group)
+            or build(rank, p, count, torch.float32, "sum", "cpu", False, group))
+
+
 def world(args, meta):
     """Every rank of one spawned world (bench._spawn_world's `world`)."""
     import torch
@@ -118,8 +128,7 @@ def world(args, meta):
         for size in args.sizes:
             count = elements(coll, size, p, 4)
             for t in args.transports:
-                cases = {a: _build(coll)(rank, p, count, torch.float32, "sum", "cpu", True,
-                                         groups[(a, t)]) for a in algos}
+                cases = {a: _case(coll, rank, p, count, groups[(a, t)]) for a in algos}
                 for a, (runs_s, calls) in runner.measure(cases, args, "cpu", meta).items():
                     rows.append({"collective": coll, "p": p, "transport": t, "algo": a,
                                  "size": count * 4, "time_s": statistics.median(runs_s),
