@@ -8,7 +8,8 @@ On the stream emulation (RINGCOLL_TRANSPORT=stream), which runs the CUDA path's
 executor, waves, transport logic and algorithm choice (RINGCOLL_GPU_ALGO's default),
 each rank counts per call (csrc/common/stream_stats.h): batches (on a GPU, one NCCL
 group each), posts (sends and receives in them), kernels (the reducer's operations:
-reductions, copies, divisions, header checks), markers (CUDA events) and stream waits.
+reductions, copies, divisions, header checks; also by kind), markers (CUDA events) and
+stream waits.
 Beside them, the schedule's least (from the plan the executor compiles, _C.plan_ops):
 one batch per wave that moves bytes, one post per transfer, and one kernel per wave
 that reduces received bytes (the executor fuses a wave's receive-reduces into the same
@@ -34,6 +35,8 @@ from vs_cpu_libs import free_port, human, parse_size  # noqa: E402
 
 COLLECTIVES = ("allreduce", "reducescatter", "allgather")
 COUNTS = ("batches", "posts", "kernels", "markers", "stream_waits")
+# the kernels by kind (csrc/common/stream_stats.h): reduce, copy, scale, latch, header
+KINDS = ("kernels_reduce", "kernels_copy", "kernels_scale", "kernels_latch", "kernels_header")
 
 
 def least(algo, coll, p, rank, n, seg_elems):
@@ -77,7 +80,7 @@ def rank_main(args) -> int:
             for _ in range(args.calls):
                 call()
             s = be.stream_stats(cuda=False)
-            got = {k: s[k] / args.calls for k in COUNTS}
+            got = {k: s[k] / args.calls for k in COUNTS + KINDS}
             b, po, k = least(algo, coll, p, rank, n, seg_elems)
             rows.append({"collective": coll, "bytes": n * 4, "algo": algo, **got,
                          "least_batches": b, "least_posts": po, "least_kernels": k})
@@ -113,7 +116,7 @@ def main(argv=None) -> int:
              "a kernel per reducing wave)",
              f"{'p':>2} {'collective':>13} {'bytes':>8} {'algo':>8} "
              + " ".join(f"{c:>12}" for c in COUNTS)
-             + f" {'least b/p/k':>12}"]
+             + f" {'least b/p/k':>12}  kernels: reduce/copy/scale/latch/header"]
     everything = {}
     for p in (int(v) for v in args.nproc.split(",")):
         env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
@@ -128,10 +131,11 @@ def main(argv=None) -> int:
         os.unlink(result)
         everything[p] = per_rank
         for i, row in enumerate(per_rank[0]):
-            worst = {c: max(r[i][c] for r in per_rank) for c in COUNTS}
+            worst = {c: max(r[i][c] for r in per_rank) for c in COUNTS + KINDS}
             lines.append(f"{p:>2} {row['collective']:>13} {human(row['bytes']):>8} "
                          f"{row['algo']:>8} " + " ".join(f"{worst[c]:>12.2f}" for c in COUNTS)
-                         + f" {row['least_batches']:>4}/{row['least_posts']}/{row['least_kernels']}")
+                         + f" {row['least_batches']:>4}/{row['least_posts']}/{row['least_kernels']}"
+                         + "  " + "/".join(f"{worst[k]:g}" for k in KINDS))
     text = "\n".join(lines) + "\n"
     print(text)
     with open(args.out + ".txt", "w") as f:

@@ -412,6 +412,13 @@ def test_small_collectives_are_one_batch(world_size):
         assert out["all_reduce"]["posts"] == 2 * (p - 1), (rank, out["all_reduce"])
         assert out["all_reduce"]["kernels"] == 2, (rank, out["all_reduce"])
         assert out["all_reduce_avg"]["kernels"] == 3, (rank, out["all_reduce_avg"])  # + 1/p
+        # by kind: the input's copy, the fold; with AVG the division
+        kinds = ("kernels_reduce", "kernels_copy", "kernels_scale", "kernels_latch",
+                 "kernels_header")
+        assert [out["all_reduce"][k] for k in kinds] == [1, 1, 0, 0, 0], (rank, out)
+        assert [out["all_reduce_avg"][k] for k in kinds] == [1, 1, 1, 0, 0], (rank, out)
+        for name in ("all_reduce", "all_reduce_avg", "reduce_scatter", "all_gather"):
+            assert sum(out[name][k] for k in kinds) == out[name]["kernels"], (rank, name, out)
         assert out["reduce_scatter"]["kernels"] <= 3, (rank, out["reduce_scatter"])
         ring = out["ring_all_reduce"]
         assert ring["batches"] == 2 * (p - 1) == ring["batches_on_compute"], (rank, ring)

@@ -35,12 +35,21 @@ struct StreamStats {
     kMarkers,           // markers recorded (CUDA events), the job's end included
     kStreamWaits,       // one stream made to wait for a marker of another
     kHostWaits,         // the enqueuing thread waited for the device (in-flight bound)
+    // kKernels by kind: what a call's device work is made of, against the schedule's
+    // least (benchmarks/stream_counts.py)
+    kKernelsReduce,     // reductions (a wave's received bytes folded in)
+    kKernelsCopy,       // copies (staging, a one-shot's input, a non-contiguous tensor)
+    kKernelsScale,      // divisions and multiplications (AVG, PREMUL_SUM)
+    kKernelsLatch,      // the stop word's device copy refreshed (reducer.h)
+    kKernelsHeader,     // fingerprint headers written and checked
     kNumCounts
   };
+  enum class Kernel : int { kReduce, kCopy, kScale, kLatch, kHeader };
   enum Part : int { kLaunch, kReady, kBatch, kMarker, kKernel, kEnd, kNumParts };
   static constexpr const char* kCountNames[kNumCounts] = {
       "collectives", "batches", "batches_on_compute", "posts",
-      "kernels",     "markers", "stream_waits",       "host_waits"};
+      "kernels",     "markers", "stream_waits",       "host_waits",
+      "kernels_reduce", "kernels_copy", "kernels_scale", "kernels_latch", "kernels_header"};
   static constexpr const char* kPartNames[kNumParts] = {"launch", "ready", "batch",
                                                          "marker", "kernel", "end"};
 

@@ -262,7 +262,7 @@ const volatile int* CudaReducer::stopWord(size_t bytes) {
     case StopRead::kHost:
       return &deviceControl_->stop;
     case StopRead::kLatchFirst:
-      countKernels();
+      countKernels(StreamStats::Kernel::kLatch);
       latchStopKernel<<<1, 1, 0, stream_>>>(&deviceControl_->stop, latched_);
       RC_CUDA_CHECK(cudaGetLastError());
       [[fallthrough]];
@@ -312,7 +312,7 @@ void CudaReducer::writeHeader(void* dst, const void* bytes, size_t n) {
   HeaderBytes h;
   std::memcpy(h.b, bytes, kHeaderBytes);
   StreamStats::Timer t(stats(), StreamStats::kKernel);
-  countKernels();
+  countKernels(StreamStats::Kernel::kHeader);
   writeHeaderKernel<<<1, kHeaderBytes, 0, stream_>>>(static_cast<uint8_t*>(dst), h);
   RC_CUDA_CHECK(cudaGetLastError());
 }
@@ -322,7 +322,7 @@ void CudaReducer::checkHeader(const void* got, const void* want, size_t n, int p
   HeaderBytes h;
   std::memcpy(h.b, want, kHeaderBytes);
   StreamStats::Timer t(stats(), StreamStats::kKernel);
-  countKernels();
+  countKernels(StreamStats::Kernel::kHeader);
   checkHeaderKernel<<<1, kHeaderBytes, 0, stream_>>>(static_cast<const uint8_t*>(got), h, peer,
                                                      deviceControl_, latched_);
   RC_CUDA_CHECK(cudaGetLastError());
@@ -332,7 +332,7 @@ void CudaReducer::reduce(void* dst, const void* a, const void* b, size_t count, 
                          RedOp op) {
   if (count == 0) return;
   StreamStats::Timer t(stats(), StreamStats::kKernel);
-  countKernels();
+  countKernels(StreamStats::Kernel::kReduce);
   RC_CUDA_CHECK(
       launchReduce(dst, a, b, count, dtype, op, stream_, stopWord(count * elementSize(dtype))));
 }
@@ -349,7 +349,7 @@ void CudaReducer::reduceMany(void* dst, const void* const* srcs, size_t k, size_
   }
   for (size_t j = 0; j < k; j += kMaxFold) {
     StreamStats::Timer t(stats(), StreamStats::kKernel);
-    countKernels();
+    countKernels(StreamStats::Kernel::kReduce);
     RC_CUDA_CHECK(launchReduceMany(dst, srcs + j, std::min(kMaxFold, k - j), count, dtype, op,
                                    stream_, stopWord(count * elementSize(dtype))));
   }
@@ -364,7 +364,7 @@ void CudaReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, s
 void CudaReducer::divide(void* buf, size_t count, DType dtype, int divisor) {
   if (count == 0) return;
   StreamStats::Timer t(stats(), StreamStats::kKernel);
-  countKernels();
+  countKernels(StreamStats::Kernel::kScale);
   RC_CUDA_CHECK(
       launchDivide(buf, count, dtype, divisor, stream_, stopWord(count * elementSize(dtype))));
 }
@@ -372,7 +372,7 @@ void CudaReducer::divide(void* buf, size_t count, DType dtype, int divisor) {
 void CudaReducer::multiply(void* buf, size_t count, DType dtype, double factor) {
   if (count == 0) return;
   StreamStats::Timer t(stats(), StreamStats::kKernel);
-  countKernels();
+  countKernels(StreamStats::Kernel::kScale);
   RC_CUDA_CHECK(
       launchMultiply(buf, count, dtype, factor, stream_, stopWord(count * elementSize(dtype))));
 }
@@ -384,7 +384,7 @@ void CudaReducer::copy(void* dst, const void* src, size_t bytes, bool) {
                                  reinterpret_cast<uintptr_t>(src),
                                  reinterpret_cast<uintptr_t>(src), bytes, 1);
   StreamStats::Timer t(stats(), StreamStats::kKernel);
-  countKernels();
+  countKernels(StreamStats::Kernel::kCopy);
   // Before the launch statement: stopWord may launch the latch kernel.
   const volatile int* stop = stopWord(bytes);
   copyKernel<<<blocksFor(std::max(s.packs, s.head + s.tail)), kThreads, 0, stream_>>>(

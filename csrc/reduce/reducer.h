@@ -108,8 +108,11 @@ class StreamOrderedReducer : public Reducer {
 
  protected:
   StreamStats* stats() const { return stats_; }
-  void countKernels(uint64_t k = 1) {
-    if (stats_) stats_->add(StreamStats::kKernels, k);
+  void countKernels(StreamStats::Kernel kind, uint64_t k = 1) {
+    if (!stats_) return;
+    stats_->add(StreamStats::kKernels, k);
+    stats_->add(static_cast<StreamStats::Count>(StreamStats::kKernelsReduce +
+                                                static_cast<int>(kind)), k);
   }
   // Which word an operation writing `bytes` reads, the policy above, for both
   // implementations: the host's; the latched copy; or the latched copy after a

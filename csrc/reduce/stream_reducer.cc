@@ -13,13 +13,14 @@ StreamReducer::StreamReducer(CpuStream& stream, size_t headerSlots, size_t latch
 void StreamReducer::reduce(void* dst, const void* a, const void* b, size_t count, DType dtype,
                            RedOp op) {
   if (count == 0) return;  // as CudaReducer: no operation, none counted
-  enqueue(count * elementSize(dtype), [=, this] { cpu_.reduce(dst, a, b, count, dtype, op); });
+  enqueue(StreamStats::Kernel::kReduce, count * elementSize(dtype),
+          [=, this] { cpu_.reduce(dst, a, b, count, dtype, op); });
 }
 
 void StreamReducer::reduce2(void* dst, void* dst2, const void* a, const void* b, size_t count,
                             DType dtype, RedOp op) {
   if (count == 0) return;
-  enqueue(count * elementSize(dtype),
+  enqueue(StreamStats::Kernel::kReduce, count * elementSize(dtype),
           [=, this] { cpu_.reduce2(dst, dst2, a, b, count, dtype, op); });
 }
 
@@ -27,24 +28,26 @@ void StreamReducer::reduceMany(void* dst, const void* const* srcs, size_t k, siz
                                DType dtype, RedOp op) {
   if (count == 0 || k == 0) return;
   std::vector<const void*> in(srcs, srcs + k);  // read at the call, as a kernel's arguments
-  enqueue(count * elementSize(dtype), [=, this, in = std::move(in)] {
+  enqueue(StreamStats::Kernel::kReduce, count * elementSize(dtype), [=, this, in = std::move(in)] {
     cpu_.reduceMany(dst, in.data(), in.size(), count, dtype, op);
   });
 }
 
 void StreamReducer::divide(void* buf, size_t count, DType dtype, int divisor) {
   if (count == 0) return;
-  enqueue(count * elementSize(dtype), [=, this] { cpu_.divide(buf, count, dtype, divisor); });
+  enqueue(StreamStats::Kernel::kScale, count * elementSize(dtype),
+          [=, this] { cpu_.divide(buf, count, dtype, divisor); });
 }
 
 void StreamReducer::multiply(void* buf, size_t count, DType dtype, double factor) {
   if (count == 0) return;
-  enqueue(count * elementSize(dtype), [=, this] { cpu_.multiply(buf, count, dtype, factor); });
+  enqueue(StreamStats::Kernel::kScale, count * elementSize(dtype),
+          [=, this] { cpu_.multiply(buf, count, dtype, factor); });
 }
 
 void StreamReducer::copy(void* dst, const void* src, size_t bytes, bool streaming) {
   if (bytes == 0 || dst == src) return;
-  enqueue(bytes, [=, this] { cpu_.copy(dst, src, bytes, streaming); });
+  enqueue(StreamStats::Kernel::kCopy, bytes, [=, this] { cpu_.copy(dst, src, bytes, streaming); });
 }
 
 void* StreamReducer::headerSlot(size_t slot) {
@@ -56,7 +59,7 @@ void StreamReducer::writeHeader(void* dst, const void* bytes, size_t n) {
   RC_ASSERT(n == kHeaderBytes, "a header of ", n, " bytes");
   std::array<uint8_t, kHeaderBytes> h;
   std::memcpy(h.data(), bytes, kHeaderBytes);  // copied at the call, as the kernel's argument
-  countKernels();
+  countKernels(StreamStats::Kernel::kHeader);
   stream_.enqueue([dst, h] { std::memcpy(dst, h.data(), kHeaderBytes); });
 }
 
@@ -65,7 +68,7 @@ void StreamReducer::checkHeader(const void* got, const void* want, size_t n, int
   std::array<uint8_t, kHeaderBytes> w;
   std::memcpy(w.data(), want, kHeaderBytes);
   // One block on the device: reads the host word; sets both words, as the kernel.
-  enqueue(0, [this, got, w, peer] {
+  enqueue(StreamStats::Kernel::kHeader, 0, [this, got, w, peer] {
     if (std::memcmp(got, w.data(), kHeaderBytes) == 0 || mismatchPeer() != -1) return;
     std::memcpy(want_, w.data(), kHeaderBytes);
     std::memcpy(got_, got, kHeaderBytes);

@@ -59,8 +59,8 @@ class StreamReducer final : public StreamOrderedReducer {
   // Runs `fn`, which writes `bytes`, on the stream unless the stop word it reads
   // (the host's, or the latched copy: reducer.h) is set by then.
   template <typename Fn>
-  void enqueue(size_t bytes, Fn fn) {
-    countKernels();
+  void enqueue(StreamStats::Kernel kind, size_t bytes, Fn fn) {
+    countKernels(kind);
     switch (stopRead(bytes)) {
       case StopRead::kHost:
         stream_.enqueue([this, fn] {
@@ -68,7 +68,7 @@ class StreamReducer final : public StreamOrderedReducer {
         });
         return;
       case StopRead::kLatchFirst:
-        countKernels();
+        countKernels(StreamStats::Kernel::kLatch);
         stream_.enqueue([this] {
           if (kernelsStopped()) latched_.store(true, std::memory_order_release);
         });
