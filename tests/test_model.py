@@ -481,6 +481,13 @@ def test_report_verdicts_by_hand():
     assert "repeat/best" in text and "1.50" in text
     _, plain = report(rows, model.DEFAULTS, "# test")
     assert "repeat_within_15pct" not in plain
+    # per algorithm: the median error and its sign, from the same predictions
+    for a in ("ring", "rhd", "tree"):
+        ratios = [model.predict(a, "all_reduce", 2, b, "shm", model.DEFAULTS) / times[b][a] - 1
+                  for b in times]
+        got = summary["by_algo"][a]
+        assert got["points"] == 2 and got["median_signed"] == pytest.approx(sum(ratios) / 2)
+        assert got["median_error"] == pytest.approx((abs(ratios[0]) + abs(ratios[1])) / 2)
 
 
 def test_auto_per_collective_and_errors():

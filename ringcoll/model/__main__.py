@@ -203,7 +203,7 @@ def report(rows, cal: Calibration, header: str, repeat=None) -> tuple[str, dict]
     out = [header, f"# model: {cal.source}", "# cells: measured us / predicted us / "
            "predicted/measured", ""]
     by = _by_point(rows)
-    errs, per, autos = [], {}, []
+    errs, per, autos, signed = [], {}, [], {}
     for (t, p, coll), sizes in sorted(by.items()):
         algos = providers(coll)
         out.append(f"# transport {t}, p={p}, {coll}")
@@ -219,6 +219,7 @@ def report(rows, cal: Calibration, header: str, repeat=None) -> tuple[str, dict]
                 e = abs(pr / m - 1)
                 errs.append(e)
                 per.setdefault(f"{t} p={p}", []).append(e)
+                signed.setdefault(a, []).append(pr / m - 1)
                 cells.append(f"{m * 1e6:9.1f} {pr * 1e6:9.1f} {pr / m:4.2f}")
             out.append(f" {size:10d} " + " ".join(cells))
         out.append("")
@@ -228,6 +229,14 @@ def report(rows, cal: Calibration, header: str, repeat=None) -> tuple[str, dict]
     out.append(f"# median |predicted/measured - 1|: {summary['median_error']:.3f} over "
                f"{len(errs)} points; " + ", ".join(f"{k}: {v:.3f}" for k, v in
                                                    summary["median_error_by"].items()))
+    # Per algorithm, where the model errs and which way: the median of
+    # |predicted/measured - 1|, and of predicted/measured - 1 (below 0: predicted low).
+    summary["by_algo"] = {a: {"median_error": statistics.median(abs(v) for v in vs),
+                              "median_signed": statistics.median(vs), "points": len(vs)}
+                          for a, vs in sorted(signed.items())}
+    out.append("# per algorithm: median |predicted/measured - 1| (median signed; points): "
+               + ", ".join(f"{a} {v['median_error']:.3f} ({v['median_signed']:+.3f}; "
+                           f"{v['points']})" for a, v in summary["by_algo"].items()))
     out.append("")
     out.append("# auto: the algorithm the model picks at each size (RINGCOLL_ALGO=auto), its "
                "measured time over the best measured algorithm's (chose/best), and the "
