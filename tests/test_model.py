@@ -896,3 +896,28 @@ def test_a_calibration_from_another_machine_is_noted():
     there = dataclasses.replace(CAL, meta={"machine": "16 cores (Other CPU), Linux, torch x"},
                                 source="there.json")
     assert "there.json was calibrated on 16 cores (Other CPU)" in note_machine(there)
+
+
+def _measured_cases_block(rank, p, n):
+    """Each collective's measured case (ringcoll.model.measure) returns only once the
+    call has ended: its output is the expected one right after run()."""
+    from ringcoll.model import measure
+
+    out = {}
+    for coll in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "all_to_all"):
+        case = measure._case(coll, rank, p, model.elements(coll, n * 4, p, 4), None)
+        case.reset()
+        ret = case.run()
+        pending = ret is not None and not ret.is_completed()
+        out[coll] = (pending, bool(torch.equal(case.output, case.expected)))
+        if ret is not None:
+            ret.wait()
+    return out
+
+
+def test_measured_cases_block_until_the_call_ends():
+    # The broadcast case was issued with async_op=True and never waited for: the
+    # model timed its issue (6 us for 2 MiB over the gloo transport) and fitted it.
+    res = mp.run_world(2, _measured_cases_block, 1 << 20, transport="gloo")
+    for rank, out in enumerate(res):
+        assert all(v == (False, True) for v in out.values()), (rank, out)
