@@ -506,10 +506,13 @@ def _bad_calibrations(d):
     neg = json.loads(json.dumps(good))
     neg["transports"]["shm"]["alpha"] = -1
     negcopy = dict(good, copy=-1e-10)
+    noports = json.loads(json.dumps(good))
+    noports["transports"]["gloo"]["ports"] = 0
     files = {"missing": (os.path.join(d, "nope.json"), "cannot read it"),
              "not json": ("{", "not JSON"), "wrong version": ({"version": 7}, "version-1"),
              "negative": (neg, "shm alpha = -1"),
              "negative copy": (negcopy, "copy = -1e-10"),
+             "no ports": (noports, "gloo ports = 0 is not a whole number >= 1"),
              "malformed copy": (dict(good, copy="fast"), "missing or malformed.*fast"),
              "no transports": ({"version": 1, "cores": 2}, "missing or malformed")}
     out = {}
