@@ -36,13 +36,13 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.abspath(__file__)
 sys.path.insert(0, os.path.dirname(HERE))
-from vs_cpu_libs import free_port, us  # noqa: E402
+from ranks import report, run_ranks  # noqa: E402
+from vs_cpu_libs import us  # noqa: E402
 
 COLUMNS = ("noop", "op@1", "op", "floor", "floor+op", "dist")
 
@@ -90,13 +90,7 @@ def rank_main(args) -> int:
                 block[i] = clock() - t0
             ts[k] += block
     med = {c: statistics.median(ts[k]) * 1e6 for k, c in enumerate(COLUMNS)}
-    out = [None] * p
-    dist.all_gather_object(out, med)
-    if rank == 0:
-        with open(args.result, "w") as f:
-            json.dump(out, f)
-    dist.destroy_process_group()
-    return 0
+    return report(med, args.result)
 
 
 def main(argv=None) -> int:
@@ -120,16 +114,9 @@ def main(argv=None) -> int:
     t0 = time.monotonic()
     runs = []
     for _ in range(args.runs):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                   WORLD_SIZE=str(args.nproc), OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, HERE, "--rank", "--result", result, *argv],
-                                  env=dict(env, RANK=str(r))) for r in range(args.nproc)]
-        rcs = [pr.wait() for pr in procs]
-        if any(rcs):
-            print(f"a rank failed: exit codes {rcs}", file=sys.stderr)
+        per_rank = run_ranks(HERE, args.nproc, argv, result)
+        if per_rank is None:
             return 1
-        per_rank = json.load(open(result))
-        os.unlink(result)
         slow = {c: max(r[c] for r in per_rank) for c in COLUMNS}
         slow["entry_ratio"] = slow["op@1"] / slow["noop"]
         slow["part_us"] = slow["dist"] - slow["floor+op"]

@@ -33,14 +33,14 @@ import os
 import platform
 import resource
 import statistics
-import subprocess
 import sys
 import threading
 import time
 
 HERE = os.path.abspath(__file__)
 sys.path.insert(0, os.path.dirname(HERE))
-from vs_cpu_libs import BackgroundLoad, free_port, human, parse_size, us  # noqa: E402
+from ranks import report, run_ranks  # noqa: E402
+from vs_cpu_libs import BackgroundLoad, human, parse_size, us  # noqa: E402
 
 DEFAULT_POLICIES = "always=always:100,peers=peers:100,never=never:100"
 
@@ -133,13 +133,7 @@ def rank_main(args) -> int:
                         "vcsw": (ru1.ru_nvcsw - ru0.ru_nvcsw) / n,
                         "ivcsw": (ru1.ru_nivcsw - ru0.ru_nivcsw) / n,
                     }})
-    out = [None] * p
-    dist.all_gather_object(out, turns)
-    if rank == 0:
-        with open(args.result, "w") as f:
-            json.dump([t for ts in out for t in ts], f)
-    dist.destroy_process_group()
-    return 0
+    return report(turns, args.result)
 
 
 def summarize(turns, policies, sizes):
@@ -225,19 +219,12 @@ def main(argv=None) -> int:
             "load_start": os.getloadavg()[0]}
     meta["background_load"] = load.start()
     try:
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                   WORLD_SIZE=str(args.nproc), OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, HERE, "--rank", "--result", result, *argv],
-                                  env=dict(env, RANK=str(r)), start_new_session=True)
-                 for r in range(args.nproc)]
-        rcs = [pr.wait() for pr in procs]
+        per_rank = run_ranks(HERE, args.nproc, argv, result, new_session=True)
     finally:
         meta["background_load"].update(load.stop())
-    if any(rcs):
-        print(f"a rank failed: exit codes {rcs}", file=sys.stderr)
+    if per_rank is None:
         return 1
-    turns = json.load(open(result))
-    os.unlink(result)
+    turns = [t for ts in per_rank for t in ts]
     meta.update(seconds=round(time.monotonic() - t0), load_end=os.getloadavg()[0])
     policies = [n for n, _, _ in parse_policies(args.policies)]
     summary = summarize(turns, policies, args.sizes)

@@ -32,13 +32,13 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.abspath(__file__)
 sys.path.insert(0, os.path.dirname(HERE))
-from vs_cpu_libs import BackgroundLoad, free_port  # noqa: E402
+from ranks import report, run_ranks  # noqa: E402
+from vs_cpu_libs import BackgroundLoad  # noqa: E402
 
 MODES = ("ringcoll", "gloo", "compute")
 
@@ -98,14 +98,7 @@ def rank_main(args) -> int:
     mismatch = 0.0
     for a, b in zip(models["ringcoll"].parameters(), models["gloo"].parameters()):
         mismatch = max(mismatch, ((a - b).abs().max() / (b.abs().max() + 1e-12)).item())
-    out = [None] * p
-    dist.all_gather_object(out, {"times": times, "mismatch": mismatch},
-                           group=groups["gloo"])
-    if rank == 0:
-        with open(args.result, "w") as f:
-            json.dump(out, f)
-    dist.destroy_process_group()
-    return 0
+    return report({"times": times, "mismatch": mismatch}, args.result, group=groups["gloo"])
 
 
 def main(argv=None) -> int:
@@ -137,19 +130,12 @@ def main(argv=None) -> int:
     load = BackgroundLoad(args.background_load)
     bl = load.start()
     try:
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                   WORLD_SIZE=str(args.nproc), OMP_NUM_THREADS=str(args.threads))
-        procs = [subprocess.Popen([sys.executable, HERE, "--rank", "--result", result,
-                                   "--threads", str(args.threads), *argv],
-                                  env=dict(env, RANK=str(r))) for r in range(args.nproc)]
-        rcs = [pr.wait() for pr in procs]
+        per_rank = run_ranks(HERE, args.nproc, ["--threads", str(args.threads), *argv],
+                             result, {"OMP_NUM_THREADS": str(args.threads)})
     finally:
         bl.update(load.stop())
-    if any(rcs):
-        print(f"a rank failed: exit codes {rcs}", file=sys.stderr)
+    if per_rank is None:
         return 1
-    per_rank = json.load(open(result))
-    os.unlink(result)
     reps = len(per_rank[0]["times"]["gloo"])
     # Per repetition, the slowest rank's median step.
     slow = {m: [max(r["times"][m][i] for r in per_rank) * 1e3 for i in range(reps)]

@@ -25,13 +25,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 
 HERE = os.path.abspath(__file__)
 sys.path.insert(0, os.path.dirname(HERE))
-from vs_cpu_libs import free_port, human, parse_size  # noqa: E402
+from ranks import report, run_ranks  # noqa: E402
+from vs_cpu_libs import human, parse_size  # noqa: E402
 
 COLLECTIVES = ("allreduce", "reducescatter", "allgather")
 COUNTS = ("batches", "posts", "kernels", "markers", "stream_waits")
@@ -84,13 +84,7 @@ def rank_main(args) -> int:
             b, po, k = least(algo, coll, p, rank, n, seg_elems)
             rows.append({"collective": coll, "bytes": n * 4, "algo": algo, **got,
                          "least_batches": b, "least_posts": po, "least_kernels": k})
-    out = [None] * p
-    dist.all_gather_object(out, rows)
-    if rank == 0:
-        with open(args.result, "w") as f:
-            json.dump(out, f)
-    dist.destroy_process_group()
-    return 0
+    return report(rows, args.result)
 
 
 def main(argv=None) -> int:
@@ -119,16 +113,10 @@ def main(argv=None) -> int:
              + f" {'least b/p/k':>12}  kernels: reduce/copy/scale/latch/header"]
     everything = {}
     for p in (int(v) for v in args.nproc.split(",")):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
-                   WORLD_SIZE=str(p), RINGCOLL_TRANSPORT="stream", RINGCOLL_FINGERPRINT="0",
-                   OMP_NUM_THREADS="1")
-        procs = [subprocess.Popen([sys.executable, HERE, "--rank", "--result", result, *argv],
-                                  env=dict(env, RANK=str(r))) for r in range(p)]
-        if any(pr.wait() for pr in procs):
-            print(f"p = {p}: a rank failed", file=sys.stderr)
+        per_rank = run_ranks(HERE, p, argv, result,
+                             {"RINGCOLL_TRANSPORT": "stream", "RINGCOLL_FINGERPRINT": "0"})
+        if per_rank is None:
             return 1
-        per_rank = json.load(open(result))
-        os.unlink(result)
         everything[p] = per_rank
         for i, row in enumerate(per_rank[0]):
             worst = {c: max(r[i][c] for r in per_rank) for c in COUNTS + KINDS}
