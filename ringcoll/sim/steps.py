@@ -18,12 +18,24 @@ for), for the representative ranks 0..L-1 (`period` L; every rank when L = p).
     one as soon as rank S differs from rank 0; it builds the schedules of ranks
     0..S-1 and checks the claim on sampled ranks (up to SAMPLED + 3: the next
     period's first and last, the middle's, the last ranks', each topology unit's
-    first), then groups the steps whose S ranks move the same (kind, peer offset,
+    first), then groups the steps whose S ranks move alike (kind, peer offset,
     size): the ring's 32766 steps at 16384 ranks are two groups, twoshot's 16384
     each its own. With the topology's period T (Topology.period), ranks 0..lcm(S, T)
     - 1 stand for all. rhd's and tree's partners depend on a rank's bits (no period;
-    their tables are small), one-shot's ranks each fold their own way (no period,
-    p^2 transfers: refused above FULL_ROWS).
+    their tables are small).
+  * symmetry of the messages (otherwise, when the table is too large): one-shot's
+    ranks all send and receive alike (step i: to r-1-i, from r+1+i), but each folds
+    in rank order, so which receive reduces and how many local reductions follow
+    depend on the rank. The period is then looked for in the messages alone (a
+    receive as a receive, local transfers aside), and what a rank reduces and copies
+    in a step is the most that any rank read (the period's checks, the ranks the
+    search built, the first and last ENDS) does there, charged to every rank as a
+    local reduction and copy. Exact where that rank's messages cost as much as any
+    rank's in the step (one-shot on every uncrowded topology tested: rank 0 reduces
+    in every step that moves); otherwise high by at most that work, and where ranks
+    outnumber cores by up to a host's ranks' work over its cores (Result.how says
+    so); low only if a rank not read works more than every rank read. Its steps (one-shot's p - 1 offsets) times the topology's period must stay
+    within FULL_ROWS.
 """
 
 from __future__ import annotations
@@ -43,6 +55,7 @@ FULL_ROWS = 8_000_000  # the most rows of every rank's table that are read whole
 FULL_SECONDS = 2.0     # the most a Python schedule's every rank may take to build
 MAX_PERIOD = 64        # the longest schedule period tried
 SAMPLED = 6
+ENDS = 4             # the first and last ranks read for symmetric_messages' envelope
 
 
 class TooLarge(ValueError):
@@ -144,46 +157,126 @@ def _samples(topo: Topology, s: int) -> list:
     return out[:SAMPLED + 3]
 
 
-def symmetric(algo, collective, topo: Topology, n: int, first=None):
-    """Steps by the schedule's symmetry (module docstring), or None when no period
-    up to MAX_PERIOD holds on the sampled ranks. `first`: rank 0's, if built."""
+def _messages(rank_steps: list) -> list:
+    """A rank's steps as the messages-only symmetry compares them: its messages (a
+    receive as a receive, whether it reduces or copies aside), local transfers left
+    out, the message-less steps at its end dropped."""
+    out = [tuple(sorted((SEND if k == SEND else RECV_COPY, off, el) for k, off, el in st
+                        if k < LOCAL_COPY)) for st in rank_steps]
+    while out and not out[-1]:
+        out.pop()
+    return out
+
+
+def _compute(rank_steps: list) -> list:
+    """(elements reduced, elements copied locally) in each of a rank's steps."""
+    return [(sum(el for k, _, el in st if k in (RECV_REDUCE, LOCAL_REDUCE)),
+             sum(el for k, _, el in st if k == LOCAL_COPY)) for st in rank_steps]
+
+
+class _Ranks:
+    """Ranks' schedules (_one_rank), each built once."""
+
+    def __init__(self, algo, collective, topo: Topology, n: int, first=None):
+        self.args = (algo, collective, topo, n)
+        self.built = {0: first} if first is not None else {}
+
+    def __call__(self, r: int) -> list:
+        if r not in self.built:
+            self.built[r] = _one_rank(*self.args, r)
+        return self.built[r]
+
+
+def _period(topo: Topology, rank: _Ranks, sig) -> tuple:
+    """(S, ranks checked) for the least S up to MAX_PERIOD with sig(rank r) ==
+    sig(rank r mod S) on the sampled ranks (module docstring), or None."""
     p = topo.p
-    built = {0: first} if first is not None else {}
-
-    def rank(r):
-        if r not in built:
-            built[r] = _one_rank(algo, collective, topo, n, r)
-        return built[r]
-
     for s in (d for d in range(1, min(p, MAX_PERIOD) + 1) if p % d == 0 and 2 * d < p):
-        if rank(s) != rank(0):  # the cheap refusal first: one more rank built
+        if sig(rank(s)) != sig(rank(0)):  # the cheap refusal first: one more rank built
             continue
         checks = _samples(topo, s)
-        if all(rank(r) == rank(r % s) for r in checks):
-            return _grouped(topo, [rank(c) for c in range(s)], s, len(checks) + s)
+        if all(sig(rank(r)) == sig(rank(r % s)) for r in checks):
+            return s, checks
     return None
 
 
-def _grouped(topo: Topology, reps: list, s: int, checked: int) -> Steps:
+def symmetric(algo, collective, topo: Topology, n: int, first=None, ranks=None):
+    """Steps by the schedule's symmetry (module docstring), or None when no period
+    up to MAX_PERIOD holds on the sampled ranks. `first`: rank 0's, if built;
+    `ranks`: a _Ranks whose built schedules to reuse."""
+    rank = ranks or _Ranks(algo, collective, topo, n, first)
+    got = _period(topo, rank, lambda x: x)
+    if got is None:
+        return None
+    s, checks = got
+    return _grouped(topo, [rank(c) for c in range(s)], s, len(checks) + s)
+
+
+def symmetric_messages(algo, collective, topo: Topology, n: int, first=None, ranks=None):
+    """Steps by the symmetry of the messages alone (module docstring: one-shot), or
+    None when no period up to MAX_PERIOD holds for them on the sampled ranks."""
+    rank = ranks or _Ranks(algo, collective, topo, n, first)
+    got = _period(topo, rank, _messages)
+    if got is None:
+        return None
+    s, checks = got
+    p = topo.p
+    for r in [*range(min(p, ENDS)), *range(max(0, p - ENDS), p)]:
+        rank(r)  # the ends of the rank order: where a fold's order starts and ends
+    read = sorted(rank.built)
+    work = [_compute(rank(r)) for r in read]
+    nsteps = max(len(w) for w in work)
+    envelope = []
+    for st in range(nsteps):  # the sampled rank that works most in the step
+        at = [w[st] if st < len(w) else (0, 0) for w in work]
+        envelope.append(max(at, key=lambda c: c[0] * topo.gamma + c[1] * topo.copy))
+    reps = [_messages(rank(c)) for c in range(s)]
+    got = _grouped(topo, reps, s, len(checks) + s, envelope)
+    crowded = (", and by up to a host's ranks' work over its cores, its ranks outnumbering "
+               "them") if topo.per_host > (topo.cores or topo.per_host) else ""
+    got.how = (f"symmetry of the messages: rank r's messages are rank r mod {s}'s moved by "
+               f"r - r mod {s} (checked on {len(checks) + s} ranks), but not what a rank "
+               f"reduces or copies; each step charges every rank the most any of the "
+               f"{len(read)} ranks read (the first and last {ENDS} among them) reduces and "
+               f"copies there (exact where that rank's messages cost as much as any "
+               f"rank's in the step, else high by at most that work{crowded}); "
+               f"{len(got.counts) - bool(topo.fingerprint and p > 1)} kinds of step, ranks "
+               f"0..{got.period - 1} priced for all {p}")
+    return got
+
+
+def _grouped(topo: Topology, reps: list, s: int, checked: int, envelope=None) -> Steps:
     """Steps of a schedule with period s (reps: ranks 0..s-1's), the steps whose
     ranks move alike grouped, priced for ranks 0..L-1 (L = lcm(s, the topology's
-    period))."""
+    period)). `envelope`: (reduced, copied) elements a step charged to every rank as
+    a local reduction and copy (symmetric_messages; reps then hold messages only)."""
     p = topo.p
     period = lcm(s, topo.period())
-    nsteps = max(len(x) for x in reps)
+    nsteps = max(max(len(x) for x in reps), len(envelope or ()))
     index, counts, entries = {}, [], []
     header = bool(topo.fingerprint and p > 1)
     for st in range(nsteps):
         key = tuple(x[st] if st < len(x) else () for x in reps)
+        if envelope is not None:
+            key += (envelope[st] if st < len(envelope) else (0, 0),)
         g = index.get(key)
         if g is None:
             g = index[key] = len(counts) + header
             counts.append(0)
-            entries += [(g, c, k, off, el) for c, items in enumerate(key)
+            entries += [(g, c, k, off, el) for c, items in enumerate(key[:s])
                         for k, off, el in items]
+            if envelope is not None:
+                red, cop = key[s]
+                entries += [(g, c, k, 0, el) for c in range(s)
+                            for k, el in ((LOCAL_REDUCE, red), (LOCAL_COPY, cop)) if el]
         counts[g - header] += 1
-    e = np.array(entries, dtype=np.int64).reshape(-1, 5)
     per = period // s  # ranks of each class among 0..period-1
+    if len(entries) * per > FULL_ROWS:
+        raise TooLarge(f"{len(counts)} kinds of step, each priced for the {period} ranks of "
+                       f"the topology's period: {len(entries) * per:.2g} transfers (the "
+                       f"simulator prices up to {FULL_ROWS:.0e}); a topology of a shorter "
+                       "period (fewer ranks a leaf or spine group) would let it read fewer")
+    e = np.array(entries, dtype=np.int64).reshape(-1, 5)
     ranks = (e[:, 1:2] + s * np.arange(per)[None, :]).reshape(-1)
     rows = np.stack([np.repeat(e[:, 0], per), ranks,
                      (ranks + np.repeat(e[:, 3], per)) % p, np.repeat(e[:, 2], per),
@@ -211,12 +304,21 @@ def read(algo, collective, topo: Topology, n: int) -> Steps:
         p * per_rank > FULL_SECONDS
     if estimate <= FULL_ROWS and not slow:
         return every_rank(algo, collective, topo, n)
-    got = symmetric(algo, collective, topo, n, first)
+    ranks = _Ranks(algo, collective, topo, n, first)
+    got = symmetric(algo, collective, topo, n, ranks=ranks)
     if got is not None:
         return got
     if estimate <= FULL_ROWS:
         return every_rank(algo, collective, topo, n)
+    try:
+        got = symmetric_messages(algo, collective, topo, n, ranks=ranks)
+    except TooLarge as e:
+        raise TooLarge(f"{algo} {collective} at p={p}, read by the symmetry of its "
+                       f"messages: {e}") from None
+    if got is not None:
+        return got
     raise TooLarge(f"{algo} {collective} at p={p}: every rank's schedule is about "
                    f"{estimate:.2g} transfers (the simulator reads up to {FULL_ROWS:.0e} "
                    f"whole), and no period of its ranks up to {MAX_PERIOD} holds (rank r "
-                   "moving as rank r mod S does), which would let it read a few")
+                   "moving as rank r mod S does, in its messages at least), which would "
+                   "let it read a few")
