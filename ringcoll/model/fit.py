@@ -4,14 +4,19 @@ The model is linear in its constants (overhead, alpha, beta, gamma, wake, copy,
 step) once each step's critical rank is fixed, but which rank is critical depends
 on the constants. So: start from the current constants, take every measured call's
 terms (model.terms), solve for overhead, alpha, beta, step (and wake, fitting both
-kinds of world at once) by least squares on the relative error
-(each row divided by the measured time, since sizes span five orders of magnitude
-and the target is a relative error; reweighted towards the least absolute error,
-which outliers pull less), with gamma and copy (staging's memcpy) held at their
-separately measured values and every constant kept >= 0 (the best of the
-least-squares solutions over the subsets of constants left free whose solution is
-all >= 0), and repeat with the new constants until the critical ranks stop
-changing (a few rounds).
+kinds of world at once) by least absolute relative error, each row divided by
+the measured time (sizes span five orders of magnitude and the target is a
+relative error; the absolute error pulls less towards outliers), and by least
+absolute error of log(predicted / measured), keeping the one of smaller median
+error: relative error costs a prediction of 0 at most 1 a row and one 200x too
+high 199, so a few rows timed far too short pull every constant to 0 (the model's
+broadcast rows once timed the issue, not the call), where the log costs both sides
+alike (log_ratio); on well-timed rows the relative fit is kept (its median error
+is less here), with gamma and copy (staging's memcpy)
+held at their separately measured values and every constant kept >= 0 (the best
+of the least-squares solutions over the subsets of constants left free whose
+solution is all >= 0), and repeat with the new constants until the critical ranks
+stop changing (a few rounds).
 
 ports (how many of a step's transfers a rank moves at once) is no linear term:
 fit_ports fits the rest for each of PORTS in turn and keeps the count whose
@@ -31,6 +36,7 @@ from . import Calibration, LinkCost, constants, predict, terms
 
 FREE = (0, 1, 2, 4, 6)  # overhead, alpha, beta, wake, step; gamma (3), copy (5) measured apart
 PORTS = (1, 2, 3, 4)  # the port counts fit_ports tries
+LOG_ROUNDS = 20  # the most Gauss-Newton rounds of log_ratio
 
 
 def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -47,6 +53,54 @@ def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
             if res < best_res:
                 best, best_res = full, res
     return best
+
+
+def least_absolute(a: np.ndarray, b: np.ndarray, rounds: int = 8) -> np.ndarray:
+    """argmin sum |a x - b| with x >= 0, by iteratively reweighted least squares:
+    the target is a median error, and this machine's outliers (a rank preempted for
+    a whole run) must not pull every prediction."""
+    w = np.ones(len(b))
+    for _ in range(rounds):
+        c = nnls(a * w[:, None], b * w)
+        w = 1 / np.sqrt(np.maximum(np.abs(a @ c - b), 0.02))
+    return c
+
+
+def log_loss(x: np.ndarray, fixed: np.ndarray, y: np.ndarray, c: np.ndarray) -> float:
+    """sum |log(predicted / measured)|: inf where a prediction is not positive."""
+    pred = fixed + x @ c
+    return float(np.sum(np.abs(np.log(pred / y)))) if np.all(pred > 0) else np.inf
+
+
+def log_ratio(x: np.ndarray, fixed: np.ndarray, y: np.ndarray, starts: list,
+              rounds: int = LOG_ROUNDS) -> np.ndarray:
+    """argmin sum |log((fixed + x c) / y)| with c >= 0, from the start of least loss
+    (Gauss-Newton, each round least_absolute on the log linearised at the current
+    prediction, the step halved while the loss grows). Relative error alone is
+    bounded below and not above: a prediction of 0 costs 1 a row, one 200x too high
+    199, so a few rows timed far too short (the model's broadcast rows once timed
+    the issue, not the call) made the all-zero constants its best; the log costs
+    both sides alike (log 200 = 5.3 a row), and a prediction of 0 without end."""
+    c = min(starts, key=lambda s: log_loss(x, fixed, y, s))
+    loss = log_loss(x, fixed, y, c)
+    if not np.isfinite(loss):
+        return starts[0]
+    for _ in range(rounds):
+        pred = fixed + x @ c
+        # log(fixed + x c') ~ log(pred) + x (c' - c) / pred
+        new = least_absolute(x / pred[:, None], np.log(y / pred) + (x @ c) / pred)
+        step = 1.0
+        while step > 1e-3 and log_loss(x, fixed, y, c + step * (new - c)) > loss:
+            step /= 2
+        moved = c + step * (new - c)
+        now = log_loss(x, fixed, y, moved)
+        if now > loss:
+            break
+        c, done = moved, loss - now <= 1e-9 * loss
+        loss = now
+        if done:
+            break
+    return c
 
 
 def rows_of(rows, transport: str, cal: Calibration, crowded: bool | None = None) -> list:
@@ -102,15 +156,14 @@ def fit_link(rows, transport: str, cal: Calibration, rounds: int = 6,
         x = np.array([terms(r["algo"], r["collective"], r["p"], r["size"], transport, cal)
                       for r in rows])
         const = constants(transport, cal, "float32", rows[0]["p"])  # gamma, copy: measured apart
-        a = x[:, free] / y[:, None]
-        b = (y - const[3] * x[:, 3] - const[5] * x[:, 5]) / y
-        # Least absolute relative error (iteratively reweighted least squares):
-        # the target is a median error, and this machine's outliers (a rank
-        # preempted for a whole run) must not pull every prediction.
-        w = np.ones(len(y))
-        for _ in range(8):
-            c = nnls(a * w[:, None], b * w)
-            w = 1 / np.sqrt(np.maximum(np.abs(a @ c - b), 0.02))
+        fixed = const[3] * x[:, 3] + const[5] * x[:, 5]
+        # Least absolute relative error (the measured time divides each row), and
+        # least absolute log-ratio from the better start (log_ratio); kept: the one
+        # whose median |predicted/measured - 1| is less, the figure fit_ports and
+        # the report judge by.
+        rel = least_absolute(x[:, free] / y[:, None], (y - fixed) / y)
+        log = log_ratio(x[:, free], fixed, y, [rel, np.array([const[i] for i in free])])
+        c = min((rel, log), key=lambda v: np.median(np.abs((fixed + x[:, free] @ v) / y - 1)))
         k = dict(zip(free, (float(v) for v in c)))
         key = f"{transport}/crowded" if crowded else transport
         # The transport's own settings (segment, header, batches, gamma, copy) stay.
