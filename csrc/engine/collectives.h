@@ -36,6 +36,19 @@ inline void describeReduction(Fingerprint& fp, const Reduction& red) {
   fp.op = red.op;
 }
 
+// The schedule's scratch (schedule.scratch elements of dtype) from the reducer's
+// device, owned by the job; nullptr when it asks for none. A reducer with no memory
+// to give makes the call fail with std::invalid_argument naming the algorithm.
+inline void* allocateScratch(Job& job, const Schedule& schedule, DType dtype,
+                             Reducer& reducer) {
+  if (schedule.scratch == 0) return nullptr;
+  job.owned = reducer.allocate(schedule.scratch * elementSize(dtype));
+  RC_CHECK_ARG(job.owned != nullptr, "schedule '", schedule.name, "' needs ", schedule.scratch,
+               " elements of scratch memory, which this device does not provide: name "
+               "another algorithm for this collective");
+  return job.owned.get();
+}
+
 // The job of a reducing schedule over buf (prm.n elements): PREMUL_SUM scales the
 // local input in the job's prologue (once the ranks agreed, before anything is
 // sent); AVG divides by p where the schedule marks elements reduced. A schedule
@@ -49,15 +62,8 @@ inline Job reducingJob(Schedule schedule, const Params& prm, void* buf, DType dt
                        const Reduction& red, Reducer& reducer) {
   Job job;
   const size_t n = prm.n, scratch = schedule.scratch;
-  void* keep = nullptr;
-  if (scratch > 0) {
-    job.owned = reducer.allocate(scratch * elementSize(dtype));
-    RC_CHECK_ARG(job.owned != nullptr, "schedule '", schedule.name, "' needs ", scratch,
-                 " elements of scratch memory, which this device does not provide: name "
-                 "another algorithm for this collective");
-    keep = job.owned.get();
-    job.regions = {{0, n, buf}, {n, n + scratch, keep}};
-  }
+  void* keep = allocateScratch(job, schedule, dtype, reducer);
+  if (keep) job.regions = {{0, n, buf}, {n, n + scratch, keep}};
   if (red.premul || keep) {
     const double factor = red.premul ? red.premulFactor : 1.0;
     const bool premul = red.premul;

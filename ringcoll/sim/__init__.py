@@ -27,9 +27,10 @@ ringcoll.model's arithmetic, so on one host the two agree (tests/test_model.py).
 
 What it reads (steps.py): every rank's schedule when the table is small, else one
 period of ranks by the schedule's symmetry (rank r moving as rank r mod S does,
-checked on sampled ranks), with the topology's own period; so 16384 ranks take
-seconds and little memory for the ring, rhd, tree, swing, twolevel and the rest
-(docs/MODEL.md). Result.how says which.
+checked on sampled ranks), with the topology's own period, else by the symmetry of
+its messages alone (one-shot, whose ranks fold in rank order: each step charged the
+most work any rank read does there); so 16384 ranks take seconds and little memory
+for every shipped all-reduce (docs/MODEL.md). Result.how says which.
 
 Before predicting, the schedule is proved by ringcoll.check's generic checker at
 the call's n (its cost grows with the schedule's transfers, not with n). For large

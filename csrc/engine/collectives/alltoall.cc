@@ -58,13 +58,8 @@ Job alltoall(const Algorithm& algo, const Params& prm, DType dtype,
   }
   const size_t scratch = job.schedule.scratch, elem = elementSize(dtype);
   std::vector<Region> copied;  // the blocks the scratch starts as a copy of
-  void* keep = nullptr;
-  if (scratch > 0) {
-    job.owned = reducer.allocate(scratch * elem);
-    RC_CHECK_ARG(job.owned != nullptr, "schedule '", job.schedule.name, "' needs ", scratch,
-                 " elements of scratch memory, which this device does not provide: name "
-                 "another algorithm for this collective");
-    keep = job.owned.get();
+  void* keep = allocateScratch(job, job.schedule, dtype, reducer);
+  if (keep) {
     if (job.schedule.scratchCopy) {
       for (const Region& g : job.regions) {
         if (g.begin < std::min(scratch, n)) copied.push_back(g);
