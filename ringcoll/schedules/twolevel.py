@@ -56,7 +56,7 @@ def all_reduce(prm) -> Schedule:
     local = {}  # host -> its ranks in ring order
     for q in prm.order:
         local.setdefault(prm.hosts[q], []).append(q)
-    hosts = sorted(local, key=lambda h: prm.order.index(local[h][0]))
+    hosts = list(local)  # by each host's first rank in ring order (insertion order)
     mine = local[prm.hosts[r]]
     j, m = mine.index(r), len(mine)
     intra = max(len(ranks) for ranks in local.values()) - 1
