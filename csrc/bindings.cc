@@ -150,26 +150,36 @@ py::dict scheduleDict(const std::string& algoName, const std::string& collective
 // tensor of shape (transfers, 6), one row per transfer of any rank in rank, step
 // and schedule order: (rank, step, kind, peer, begin, end), kind 0 send, 1
 // recv_copy, 2 recv_reduce (the order of Kind); steps and scratch per rank.
+// `ranks`: only these ranks' schedules, in that order (the simulator reads a few
+// ranks of a large world); empty: every rank.
 static_assert(static_cast<int>(ringcoll::algo::Kind::kSend) == 0 &&
                   static_cast<int>(ringcoll::algo::Kind::kRecvCopy) == 1 &&
                   static_cast<int>(ringcoll::algo::Kind::kRecvReduce) == 2 &&
                   static_cast<int>(ringcoll::algo::Kind::kRecvReduceFirst) == 3,
               "schedule_table's kind column (ringcoll.model.KINDS) is Kind's value");
 py::tuple scheduleTable(const std::string& algoName, const std::string& collective, int p,
-                        size_t n, int root, const std::vector<int>& hosts) {
+                        size_t n, int root, const std::vector<int>& hosts,
+                        std::vector<int> ranks) {
   TORCH_CHECK(p >= 1, "schedule_table: p = ", p, " (need p >= 1)");
+  if (ranks.empty()) {
+    for (int r = 0; r < p; ++r) ranks.push_back(r);
+  }
+  for (int r : ranks) {
+    TORCH_CHECK(r >= 0 && r < p, "schedule_table: rank ", r, " of p = ", p);
+  }
   std::vector<ringcoll::algo::Schedule> scheds;
-  scheds.reserve(p);
+  scheds.reserve(ranks.size());
   size_t rows = 0;
-  for (int r = 0; r < p; ++r) {
+  for (int r : ranks) {
     scheds.push_back(buildSchedule(algoName, collective, p, r, n, root, {}, {}, {}, hosts));
     for (const auto& st : scheds.back().steps) rows += st.transfers.size();
   }
   at::Tensor table = at::empty({static_cast<int64_t>(rows), 6}, at::kLong);
   int64_t* out = table.data_ptr<int64_t>();
   std::vector<int64_t> steps, scratch;
-  for (int r = 0; r < p; ++r) {
-    const auto& sched = scheds[r];
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    const auto& sched = scheds[i];
     for (size_t s = 0; s < sched.steps.size(); ++s) {
       for (const auto& t : sched.steps[s].transfers) {
         *out++ = r;
@@ -650,7 +660,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("order") = std::vector<int>{}, py::arg("send_counts") = std::vector<size_t>{},
         py::arg("recv_counts") = std::vector<size_t>{}, py::arg("hosts") = std::vector<int>{});
   m.def("schedule_table", &scheduleTable, py::arg("algo"), py::arg("collective"), py::arg("p"),
-        py::arg("n"), py::arg("root") = 0, py::arg("hosts") = std::vector<int>{});
+        py::arg("n"), py::arg("root") = 0, py::arg("hosts") = std::vector<int>{},
+        py::arg("ranks") = std::vector<int>{});
   m.def("exchange_schedule", &exchangeSchedule, py::arg("collective"), py::arg("p"),
         py::arg("rank"), py::arg("n") = 0, py::arg("root") = 0,
         py::arg("send_counts") = std::vector<size_t>{},

@@ -810,6 +810,22 @@ def test_symmetry_reads_what_every_rank_reads():
     assert steps.symmetric("rhd", "all_reduce", base, 1 << 10) is None
 
 
+def test_schedule_table_of_some_ranks():
+    # the simulator's symmetry readings build a few ranks' tables (ringcoll/sim/steps.py):
+    # the rows of ranks [2, 0] are the whole table's rows of rank 2, then of rank 0
+    import torch
+
+    from ringcoll import _C
+
+    whole, steps, scratch = _C.schedule_table("oneshot", "allreduce", 5, 7)
+    some, steps2, scratch2 = _C.schedule_table("oneshot", "allreduce", 5, 7, ranks=[2, 0])
+    want = torch.cat([whole[whole[:, 0] == 2], whole[whole[:, 0] == 0]])
+    assert torch.equal(some, want)
+    assert (steps2, scratch2) == ([steps[2], steps[0]], [scratch[2], scratch[0]])
+    with pytest.raises(RuntimeError, match="schedule_table: rank 5 of p = 5"):
+        _C.schedule_table("ring", "allreduce", 5, 7, ranks=[5])
+
+
 def test_symmetry_of_the_messages_reads_oneshot():
     """One-shot's ranks send and receive alike but fold in rank order, so no rank moves
     as another does; the simulator reads it by the symmetry of its messages, charging

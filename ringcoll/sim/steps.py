@@ -116,31 +116,68 @@ def given(scheds, topo: Topology) -> Steps:
     return from_table(transfers_of(scheds), bool(topo.fingerprint and topo.p > 1))
 
 
-def _one_rank(algo, collective, topo: Topology, n: int, r: int) -> list:
-    """Rank r's schedule as steps of sorted (kind, peer offset, elements), empty
-    transfers and sends to itself left out."""
+@dataclass(eq=False)
+class _Rank:
+    """One rank's schedule as the symmetry readings compare it: rows (step, kind as
+    priced, peer offset, elements), by step and each step's in sorted order, empty
+    transfers and sends to itself left out; `steps` its number of steps. Arrays, not
+    a Python object a transfer: one-shot's rank has 32766 of them at 16384 ranks."""
+    steps: int
+    rows: np.ndarray
+
+    @staticmethod
+    def of(steps: int, step, kind, off, el) -> "_Rank":
+        order = np.lexsort((el, off, kind, step))  # as sorted() orders each step's tuples
+        return _Rank(steps, np.stack([step, kind, off, el], axis=1)[order])
+
+    def key(self) -> tuple:
+        """Equal for two ranks that move alike."""
+        return self.steps, self.rows.tobytes()
+
+    def per_step(self) -> list:
+        """Each step's transfers, a tuple of (kind, peer offset, elements) a step."""
+        cuts = np.searchsorted(self.rows[:, 0], np.arange(self.steps + 1)).tolist()
+        items = self.rows[:, 1:].tolist()
+        return [tuple(map(tuple, items[cuts[i]:cuts[i + 1]])) for i in range(self.steps)]
+
+    def messages(self) -> "_Rank":
+        """The rank as the messages-only symmetry compares it: its messages (a receive
+        as a receive, whether it reduces or copies aside), local transfers left out,
+        the message-less steps at its end dropped."""
+        m = self.rows[self.rows[:, 1] < LOCAL_COPY]
+        kind = np.where(m[:, 1] == SEND, SEND, RECV_COPY)
+        steps = int(m[-1, 0]) + 1 if len(m) else 0
+        return _Rank.of(steps, m[:, 0], kind, m[:, 2], m[:, 3])
+
+    def work(self) -> np.ndarray:
+        """(elements reduced, elements copied locally) in each step: shape (steps, 2)."""
+        k, st, el = self.rows[:, 1], self.rows[:, 0], self.rows[:, 3].astype(np.float64)
+        red = np.bincount(st, np.where((k == RECV_REDUCE) | (k == LOCAL_REDUCE), el, 0),
+                          self.steps)
+        cop = np.bincount(st, np.where(k == LOCAL_COPY, el, 0), self.steps)
+        return np.stack([red, cop], axis=1).astype(np.int64)
+
+
+def _one_rank(algo, collective, topo: Topology, n: int, r: int) -> _Rank:
+    """Rank r's schedule (_Rank)."""
     p = topo.p
     if collective == "all_to_all":
         m = n // p
         d = _C.schedule(algo, "alltoall", p, r, 2 * n, 0, [], [m] * p, [m] * p,
                         list(topo.params_hosts()))
-    else:
-        d = _C.schedule(algo, SCHEDULE_NAME[collective], p, r, n,
-                        hosts=list(topo.params_hosts()))
-    kinds = {"send": SEND, "recv_copy": RECV_COPY, "recv_reduce": RECV_REDUCE,
-             "recv_reduce_first": RECV_REDUCE}
-    out = []
-    for st in d["steps"]:
-        items = []
-        for kind, peer, b, e in st["transfers"]:
-            if b == e or (peer == r and kind == "send"):
-                continue
-            k = kinds[kind]
-            if peer == r:
-                k = LOCAL_COPY if k == RECV_COPY else LOCAL_REDUCE
-            items.append((k, (peer - r) % p, e - b))
-        out.append(tuple(sorted(items)))
-    return out
+        names = {"send": 0, "recv_copy": 1, "recv_reduce": 2, "recv_reduce_first": 3}
+        rows = np.array([(i, names[k], q, b, e) for i, st in enumerate(d["steps"])
+                         for k, q, b, e in st["transfers"]], dtype=np.int64).reshape(-1, 5)
+        nsteps = len(d["steps"])
+    else:  # one rank's table
+        table, steps_of, _ = _C.schedule_table(algo, SCHEDULE_NAME[collective], p, n, 0,
+                                               list(topo.params_hosts()), [r])
+        rows, nsteps = table.numpy()[:, 1:], steps_of[0]
+    step, kind, peer, b, e = (rows[:, i] for i in range(5))
+    keep = (b < e) & ~((peer == r) & (kind == 0))
+    step, kind, peer, el = step[keep], kind[keep], peer[keep], (e - b)[keep]
+    # schedule_table's kinds (recv_reduce_first: 3) as priced
+    return _Rank.of(nsteps, step, _kinds(kind, peer == r), (peer - r) % p, el)
 
 
 def _samples(topo: Topology, s: int) -> list:
@@ -157,23 +194,6 @@ def _samples(topo: Topology, s: int) -> list:
     return out[:SAMPLED + 3]
 
 
-def _messages(rank_steps: list) -> list:
-    """A rank's steps as the messages-only symmetry compares them: its messages (a
-    receive as a receive, whether it reduces or copies aside), local transfers left
-    out, the message-less steps at its end dropped."""
-    out = [tuple(sorted((SEND if k == SEND else RECV_COPY, off, el) for k, off, el in st
-                        if k < LOCAL_COPY)) for st in rank_steps]
-    while out and not out[-1]:
-        out.pop()
-    return out
-
-
-def _compute(rank_steps: list) -> list:
-    """(elements reduced, elements copied locally) in each of a rank's steps."""
-    return [(sum(el for k, _, el in st if k in (RECV_REDUCE, LOCAL_REDUCE)),
-             sum(el for k, _, el in st if k == LOCAL_COPY)) for st in rank_steps]
-
-
 class _Ranks:
     """Ranks' schedules (_one_rank), each built once."""
 
@@ -181,7 +201,7 @@ class _Ranks:
         self.args = (algo, collective, topo, n)
         self.built = {0: first} if first is not None else {}
 
-    def __call__(self, r: int) -> list:
+    def __call__(self, r: int) -> _Rank:
         if r not in self.built:
             self.built[r] = _one_rank(*self.args, r)
         return self.built[r]
@@ -191,11 +211,18 @@ def _period(topo: Topology, rank: _Ranks, sig) -> tuple:
     """(S, ranks checked) for the least S up to MAX_PERIOD with sig(rank r) ==
     sig(rank r mod S) on the sampled ranks (module docstring), or None."""
     p = topo.p
+    sigs = {}
+
+    def of(r):  # each rank's signature once (one-shot's: 16383 steps at 16384 ranks)
+        if r not in sigs:
+            sigs[r] = sig(rank(r))
+        return sigs[r]
+
     for s in (d for d in range(1, min(p, MAX_PERIOD) + 1) if p % d == 0 and 2 * d < p):
-        if sig(rank(s)) != sig(rank(0)):  # the cheap refusal first: one more rank built
+        if of(s) != of(0):  # the cheap refusal first: one more rank built
             continue
         checks = _samples(topo, s)
-        if all(sig(rank(r)) == sig(rank(r % s)) for r in checks):
+        if all(of(r) == of(r % s) for r in checks):
             return s, checks
     return None
 
@@ -205,18 +232,18 @@ def symmetric(algo, collective, topo: Topology, n: int, first=None, ranks=None):
     up to MAX_PERIOD holds on the sampled ranks. `first`: rank 0's, if built;
     `ranks`: a _Ranks whose built schedules to reuse."""
     rank = ranks or _Ranks(algo, collective, topo, n, first)
-    got = _period(topo, rank, lambda x: x)
+    got = _period(topo, rank, _Rank.key)
     if got is None:
         return None
     s, checks = got
-    return _grouped(topo, [rank(c) for c in range(s)], s, len(checks) + s)
+    return _grouped(topo, [rank(c).per_step() for c in range(s)], s, len(checks) + s)
 
 
 def symmetric_messages(algo, collective, topo: Topology, n: int, first=None, ranks=None):
     """Steps by the symmetry of the messages alone (module docstring: one-shot), or
     None when no period up to MAX_PERIOD holds for them on the sampled ranks."""
     rank = ranks or _Ranks(algo, collective, topo, n, first)
-    got = _period(topo, rank, _messages)
+    got = _period(topo, rank, lambda x: x.messages().key())
     if got is None:
         return None
     s, checks = got
@@ -224,13 +251,13 @@ def symmetric_messages(algo, collective, topo: Topology, n: int, first=None, ran
     for r in [*range(min(p, ENDS)), *range(max(0, p - ENDS), p)]:
         rank(r)  # the ends of the rank order: where a fold's order starts and ends
     read = sorted(rank.built)
-    work = [_compute(rank(r)) for r in read]
+    work = [rank(r).work() for r in read]
     nsteps = max(len(w) for w in work)
-    envelope = []
-    for st in range(nsteps):  # the sampled rank that works most in the step
-        at = [w[st] if st < len(w) else (0, 0) for w in work]
-        envelope.append(max(at, key=lambda c: c[0] * topo.gamma + c[1] * topo.copy))
-    reps = [_messages(rank(c)) for c in range(s)]
+    work = np.stack([np.pad(w, ((0, nsteps - len(w)), (0, 0))) for w in work])
+    most = np.argmax(work[:, :, 0] * topo.gamma + work[:, :, 1] * topo.copy, axis=0)
+    # the rank read that works most in each step
+    envelope = list(map(tuple, work[most, np.arange(nsteps)].tolist()))
+    reps = [rank(c).messages().per_step() for c in range(s)]
     got = _grouped(topo, reps, s, len(checks) + s, envelope)
     crowded = (", and by up to a host's ranks' work over its cores, its ranks outnumbering "
                "them") if topo.per_host > (topo.cores or topo.per_host) else ""
@@ -299,7 +326,7 @@ def read(algo, collective, topo: Topology, n: int) -> Steps:
     t0 = time.perf_counter()
     first = _one_rank(algo, collective, topo, n, 0)
     per_rank = time.perf_counter() - t0
-    estimate = p * sum(len(x) for x in first)
+    estimate = p * len(first.rows)
     slow = (collective == "all_to_all" or not _C.is_builtin(algo)) and \
         p * per_rank > FULL_SECONDS
     if estimate <= FULL_ROWS and not slow:
