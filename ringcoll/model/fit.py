@@ -7,12 +7,8 @@ terms (model.terms), solve for overhead, alpha, beta, step (and wake, fitting bo
 kinds of world at once) by least absolute relative error, each row divided by
 the measured time (sizes span five orders of magnitude and the target is a
 relative error; the absolute error pulls less towards outliers), and by least
-absolute error of log(predicted / measured), keeping the one of smaller median
-error: relative error costs a prediction of 0 at most 1 a row and one 200x too
-high 199, so a few rows timed far too short pull every constant to 0 (the model's
-broadcast rows once timed the issue, not the call), where the log costs both sides
-alike (log_ratio); on well-timed rows the relative fit is kept (its median error
-is less here), with gamma and copy (staging's memcpy)
+absolute log-ratio (log_ratio: why), keeping the one of smaller median error,
+with gamma and copy (staging's memcpy)
 held at their separately measured values and every constant kept >= 0 (the best
 of the least-squares solutions over the subsets of constants left free whose
 solution is all >= 0), and repeat with the new constants until the critical ranks
